@@ -1,0 +1,35 @@
+"""interlayer: cross-layer and residual-stream mechanisms for Hugging Face transformers.
+
+Importing the package registers every config and model with the Auto classes, so `AutoConfig` and
+`AutoModel...` resolve them in-process without `trust_remote_code`.
+"""
+
+from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification
+
+from .models.configuration_bridge import BRIDGE_PRESETS, BertBridgeConfig, RobertaBridgeConfig, bridge_preset
+from .models.modeling_bridge import (
+    BertBridgeForSequenceClassification,
+    BertBridgeModel,
+    RobertaBridgeForSequenceClassification,
+    RobertaBridgeModel,
+)
+from .zoo import ZOO, convert
+
+__version__ = "0.1.0"
+
+for _entry in ZOO:
+    AutoConfig.register(_entry.config_class.model_type, _entry.config_class, exist_ok=True)
+    _entry.auto_class.register(_entry.config_class, _entry.model_class, exist_ok=True)
+
+__all__ = [
+    "BRIDGE_PRESETS",
+    "BertBridgeConfig",
+    "BertBridgeForSequenceClassification",
+    "BertBridgeModel",
+    "RobertaBridgeConfig",
+    "RobertaBridgeForSequenceClassification",
+    "RobertaBridgeModel",
+    "ZOO",
+    "bridge_preset",
+    "convert",
+]

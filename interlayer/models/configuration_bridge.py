@@ -1,0 +1,204 @@
+"""Configurations of the cross-layer bridge models (seed 000) for RoBERTa and BERT."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from huggingface_hub.dataclasses import strict
+from transformers import BertConfig, RobertaConfig
+
+from .zoo_common import ZooConfigFields, ZooConfigMixin, check_choice, check_range
+
+
+@dataclasses.dataclass(kw_only=True)
+class BridgeFields(ZooConfigFields):
+    r"""
+    The cross-layer bridge options, shared by every encoder family. Defaults are the seed's.
+
+    Routing (seed section 1):
+        route_last_n (`int`, defaults to 4): the last N layers are targets (`j >= L - N` and `j > 0`).
+        route_topk (`int`, defaults to 1): source layers kept per target and example (capped at the number of
+            earlier layers).
+        route_dim (`int`, defaults to 128): router projection size d_r.
+        route_pool (`"mean"` or `"cls"`, defaults to `"mean"`): masked mean or first-token summary.
+        route_temp (`float`, defaults to 0.7): router temperature tau.
+        route_estimator (`"straight_through"` or `"topk_softmax"`, defaults to `"straight_through"`): how the
+            router is trained. `"topk_softmax"` is the seed: softmax over the kept logits, which is identically 1 at
+            `route_topk=1`, so the router gets no gradient. `"straight_through"` keeps that forward value and
+            back-propagates through the full softmax over all earlier layers at the kept entries.
+
+    Paths:
+        bridge_mode (`"hybrid"`, `"qkv"` or `"hdim"`, defaults to `"hybrid"`): which messages are built.
+        qkv_kv_weights (`"source"` or `"target"`, defaults to `"source"`): key/value projections of the QKV bridge
+            come from each source layer (seed) or from the target layer.
+        qkv_value_proj (`bool`, defaults to `False`): an extra per-target `Linear(d_head, d_head)` on the values.
+        hdim_dim (`int`, defaults to 24): HDIM projection size D.
+        hdim_scorer (`"4term"`, `"bilinear"` or `"cosine"`, defaults to `"4term"`): pair scorer.
+        hdim_scorer_hidden (`int`, defaults to 96): hidden width of the 4-term scorer MLP.
+        hdim_value_fusion (`"concat_hadam"`, `"concat_only"` or `"concat_diff_hadam"`, defaults to
+            `"concat_hadam"`): value MLP input `[ctx, H, ctx*H]`, `[ctx, H]` or `[ctx, H, ctx-H, ctx*H]`.
+        hdim_value_hidden (`int`, *optional*): value MLP width; default `2 * max(128, hidden_size // 2)`.
+        hdim_value_act (`"relu"` or `"gelu"`, defaults to `"relu"`).
+        hdim_value_residual (`float`, defaults to 0.0): adds `r * (ctx - H)` to the message (seed H18: 0.1).
+        hdim_proj_norm (`bool`, defaults to `False`): LayerNorm on the D-dimensional projections.
+        hdim_share_proj (`bool`, defaults to `False`): one projection for target and source tokens (seed H10).
+        hdim_token_temp (`float`, *optional*): learnable per-target temperature on the alignment logits,
+            initialised to this value.
+        hdim_entropy_reg (`float`, defaults to 0.0): weight of the mean alignment entropy added to the loss.
+        hdim_pair_mask (`"none"` or `"cross_segment"`, defaults to `"none"`): allow only pairs whose tokens lie in
+            different segments.
+        hdim_segments (`"auto"`, `"token_type_ids"` or `"separator"`, defaults to `"auto"`): where segments come
+            from; `"auto"` uses `token_type_ids` when they are given and not all zero, else separator positions.
+        hdim_mask_special_tokens (`bool`, defaults to `False`): CLS/SEP tokens are never sources.
+        hdim_chunk_size (`int`, defaults to 128): target tokens scored at once. Longer inputs are scored in chunks
+            (recomputed in backward), so the pair tensor never exceeds `B x chunk x S x 4D`; results are identical.
+
+    Blending and injection (seed section 4):
+        gate_init_attn (`float`, defaults to 0.15), gate_init_hdim (`float`, defaults to 0.05): gate values at init.
+        gate_activation (`"identity"` or `"softplus"`, defaults to `"identity"`): softplus keeps gates positive.
+        gate_placement (`"pre_norm"` or `"post_norm"`, defaults to `"pre_norm"`): the seed gates the messages
+            before the LayerNorm, where only their ratio survives the normalisation; `"post_norm"` normalises each
+            message and then gates it, so a gate's magnitude is the message's scale.
+        bridge_dropout (`float`, defaults to 0.1): dropout after the projection.
+        identity_init (`bool`, defaults to `True`): the projection starts at zero, so the model is the stock model;
+            `False` uses the seed's N(0, 1e-3).
+
+    Head:
+        classifier_head (`"stock"` or `"seed"`, defaults to `"stock"`): the family's own head (loads stock head
+            weights) or the seed's `LN -> Linear -> ReLU -> Dropout -> Linear` on the first token.
+        sep_token_id (`int`, *optional*), cls_token_id (`int`, *optional*): special tokens for separator segments
+            and special-token masks; default to the family's tokenizer ids.
+    """
+
+    bridge_mode: Literal["hybrid", "qkv", "hdim"] = "hybrid"
+    route_last_n: int = 4
+    route_topk: int = 1
+    route_dim: int = 128
+    route_pool: Literal["mean", "cls"] = "mean"
+    route_temp: float | int = 0.7
+    route_estimator: Literal["straight_through", "topk_softmax"] = "straight_through"
+    qkv_kv_weights: Literal["source", "target"] = "source"
+    qkv_value_proj: bool = False
+    hdim_dim: int = 24
+    hdim_scorer: Literal["4term", "bilinear", "cosine"] = "4term"
+    hdim_scorer_hidden: int = 96
+    hdim_value_fusion: Literal["concat_hadam", "concat_only", "concat_diff_hadam"] = "concat_hadam"
+    hdim_value_hidden: int | None = None
+    hdim_value_act: Literal["relu", "gelu"] = "relu"
+    hdim_value_residual: float | int = 0.0
+    hdim_proj_norm: bool = False
+    hdim_share_proj: bool = False
+    hdim_token_temp: float | int | None = None
+    hdim_entropy_reg: float | int = 0.0
+    hdim_pair_mask: Literal["none", "cross_segment"] = "none"
+    hdim_segments: Literal["auto", "token_type_ids", "separator"] = "auto"
+    hdim_mask_special_tokens: bool = False
+    hdim_chunk_size: int = 128
+    gate_init_attn: float | int = 0.15
+    gate_init_hdim: float | int = 0.05
+    gate_activation: Literal["identity", "softplus"] = "identity"
+    gate_placement: Literal["pre_norm", "post_norm"] = "pre_norm"
+    bridge_dropout: float | int = 0.1
+    classifier_head: Literal["stock", "seed"] = "stock"
+    sep_token_id: int | None = None
+    cls_token_id: int | None = None
+
+    def validate_bridge(self):
+        check_range("route_last_n", self.route_last_n, 1)
+        check_range("route_topk", self.route_topk, 1)
+        check_range("route_dim", self.route_dim, 1)
+        check_range("route_temp", self.route_temp, 0, low_open=True)
+        check_range("hdim_dim", self.hdim_dim, 1)
+        check_range("hdim_scorer_hidden", self.hdim_scorer_hidden, 1)
+        check_range("hdim_value_hidden", self.hdim_value_hidden, 1, allow_none=True)
+        check_range("hdim_token_temp", self.hdim_token_temp, 0, low_open=True, allow_none=True)
+        check_range("hdim_entropy_reg", self.hdim_entropy_reg, 0)
+        check_range("hdim_chunk_size", self.hdim_chunk_size, 1)
+        check_range("bridge_dropout", self.bridge_dropout, 0, 1)
+        if self.gate_activation == "softplus":
+            check_range("gate_init_attn", self.gate_init_attn, 0, low_open=True)
+            check_range("gate_init_hdim", self.gate_init_hdim, 0, low_open=True)
+        if self.num_hidden_layers < 2:
+            raise ValueError(f"`num_hidden_layers` must be >= 2 for cross-layer bridges, got {self.num_hidden_layers}.")
+        if self.is_decoder:
+            raise ValueError("Cross-layer bridges are encoder-only: `is_decoder` must be False.")
+        if self.identity_init and self.classifier_head == "seed":
+            raise ValueError(
+                "`identity_init=True` cannot hold with `classifier_head='seed'`: the seed's head replaces the stock "
+                "head, so the model cannot compute the stock function. Pass `identity_init=False` or "
+                "`classifier_head='stock'`."
+            )
+
+    @property
+    def bridge_target_layers(self) -> list[int]:
+        """Target layers j >= L - route_last_n and j > 0 (seed section 1)."""
+        first = max(1, self.num_hidden_layers - self.route_last_n)
+        return list(range(first, self.num_hidden_layers))
+
+
+# The seed's headline runs (its results tables) as named presets; see docs/bridges.md.
+BRIDGE_PRESETS: dict[str, dict] = {
+    "H9": dict(bridge_mode="hdim", hdim_value_fusion="concat_only"),
+    "A8": dict(bridge_mode="hybrid", route_pool="cls"),
+    "A3": dict(bridge_mode="qkv"),
+    "H3": dict(bridge_mode="hdim", gate_init_hdim=0.10),
+    "H27": dict(bridge_mode="hdim", gate_activation="softplus"),
+    "H13": dict(bridge_mode="hdim", hdim_scorer="cosine", hdim_value_fusion="concat_only"),
+    "H8": dict(bridge_mode="hdim", hdim_scorer="bilinear"),
+    "H10": dict(bridge_mode="hdim", hdim_share_proj=True),
+    "H23": dict(bridge_mode="hdim", hdim_pair_mask="cross_segment", hdim_value_fusion="concat_diff_hadam"),
+    "H18": dict(bridge_mode="hdim", hdim_value_residual=0.1),
+    "H1": dict(bridge_mode="hdim", hdim_dim=32, hdim_scorer_hidden=128),
+    "H6": dict(bridge_mode="hdim", route_last_n=6),
+    "H7": dict(bridge_mode="hdim", route_temp=0.5),
+    "H14": dict(bridge_mode="hdim", gate_init_hdim=0.10, bridge_dropout=0.05),
+    "H15": dict(bridge_mode="hdim", route_last_n=3),
+    "H16": dict(bridge_mode="hdim", hdim_entropy_reg=1e-3),
+    "H21": dict(bridge_mode="hdim", hdim_pair_mask="cross_segment"),
+    "H28": dict(bridge_mode="hdim", hdim_value_act="gelu"),
+    "hybrid": dict(bridge_mode="hybrid"),
+    "hybrid_topk2": dict(bridge_mode="hybrid", route_topk=2),
+}
+
+
+class BridgeConfigMixin(ZooConfigMixin):
+    presets = BRIDGE_PRESETS
+
+    def __post_init__(self, **kwargs):
+        super().__post_init__(**kwargs)
+        if self.sep_token_id is None:
+            self.sep_token_id = self.default_sep_token_id
+        if self.cls_token_id is None:
+            self.cls_token_id = self.default_cls_token_id
+
+
+@strict
+class RobertaBridgeConfig(BridgeConfigMixin, RobertaConfig, BridgeFields):
+    r"""Configuration of [`RobertaBridgeModel`]: every [`RobertaConfig`] field, plus the bridge fields of
+    [`BridgeFields`]. Converts checkpoints of model_type `roberta`."""
+
+    model_type = "roberta_bridge"
+    stock_model_types = ("roberta",)
+    default_sep_token_id = 2  # </s>
+    default_cls_token_id = 0  # <s>
+
+
+@strict
+class BertBridgeConfig(BridgeConfigMixin, BertConfig, BridgeFields):
+    r"""Configuration of [`BertBridgeModel`]: every [`BertConfig`] field, plus the bridge fields of
+    [`BridgeFields`]. Converts checkpoints of model_type `bert`."""
+
+    model_type = "bert_bridge"
+    stock_model_types = ("bert",)
+    default_sep_token_id = 102  # [SEP] in the uncased WordPiece vocabulary
+    default_cls_token_id = 101  # [CLS]
+
+
+def bridge_preset(name: str) -> dict:
+    """The options of a named preset, to pass as `Model.from_pretrained(stock, **bridge_preset("H9"))`."""
+    check_choice("preset", name, BRIDGE_PRESETS)
+    return dict(BRIDGE_PRESETS[name])
+
+
+__all__ = ["BridgeFields", "RobertaBridgeConfig", "BertBridgeConfig", "BRIDGE_PRESETS", "bridge_preset"]

@@ -1,0 +1,693 @@
+"""Cross-layer bridges (seed 000) on stock RoBERTa and BERT encoders.
+
+Late target layers j (the last `route_last_n`) receive messages from earlier layers i < j chosen by a router:
+a QKV cross-attention message (target queries, source keys/values) and an HDIM pairwise-MLP message. Per-layer
+gates blend them; a LayerNorm, a projection and dropout follow, and the result is added to the attention output
+before the FFN (seed section 4). Every stock weight keeps its stock name (`encoder.layer.N.attention...`); the
+mechanism's own parameters all contain `bridge` in their names (`encoder.bridge_router.*`,
+`encoder.layer.N.bridge.*`).
+
+Reading order: helpers, router, HDIM message, the per-target bridge block, the bridged layer and encoder,
+the pre-trained base class, then the base models and the sequence-classification heads.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+from transformers import PreTrainedModel
+from transformers import initialization as init
+from transformers.loss.loss_utils import ForSequenceClassificationLoss
+from transformers.modeling_outputs import ModelOutput
+from transformers.models.bert.modeling_bert import (
+    BertEmbeddings,
+    BertLayer,
+    BertModel,
+    BertPooler,
+    BertPreTrainedModel,
+)
+from transformers.models.roberta.modeling_roberta import (
+    RobertaClassificationHead,
+    RobertaEmbeddings,
+    RobertaLayer,
+    RobertaModel,
+    RobertaPooler,
+    RobertaPreTrainedModel,
+)
+from transformers.pytorch_utils import apply_chunking_to_forward
+from transformers.utils.generic import can_return_tuple
+
+from .configuration_bridge import BertBridgeConfig, RobertaBridgeConfig
+from .zoo_common import StatsAccumulator, ZooModelMixin
+
+
+def pool_tokens(hidden: torch.Tensor, token_mask: torch.Tensor, mode: str) -> torch.Tensor:
+    """Seed section 1: first-token (`cls`) or masked-mean (`mean`) summary, (B, S, H) -> (B, H)."""
+    if mode == "cls":
+        return hidden[:, 0]
+    weights = token_mask.to(hidden.dtype).unsqueeze(-1)
+    return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1.0)
+
+
+def inverse_softplus(value: float) -> float:
+    return value + math.log(-math.expm1(-value))
+
+
+@dataclass
+class BridgeModelOutput(ModelOutput):
+    """Output of the bridged base models: the stock fields plus the bridge's auxiliary loss (the alignment
+    entropy regulariser, zero when `hdim_entropy_reg=0`)."""
+
+    last_hidden_state: torch.FloatTensor | None = None
+    pooler_output: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    bridge_aux_loss: torch.FloatTensor | None = None
+
+
+@dataclass
+class BridgeSequenceClassifierOutput(ModelOutput):
+    """Sequence classification output; `loss` is `task_loss + bridge_aux_loss`."""
+
+    loss: torch.FloatTensor | None = None
+    logits: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    task_loss: torch.FloatTensor | None = None
+    bridge_aux_loss: torch.FloatTensor | None = None
+
+
+class BridgeRouter(nn.Module):
+    """One router shared by all targets (seed section 1): logits <W_q pool(H_j), W_k pool(H_i)> / tau over the
+    earlier layers i < j, top-k, softmax over the kept logits.
+
+    With `route_estimator="straight_through"` the forward value is the seed's, and the gradient is that of the
+    full softmax over all earlier layers taken at the kept entries, so the router learns even at top-1, where the
+    seed's weight is the constant 1.
+    """
+
+    def __init__(self, config):
+        super().__init__()
+        self.route_q = nn.Linear(config.hidden_size, config.route_dim)
+        self.route_k = nn.Linear(config.hidden_size, config.route_dim)
+        self.temperature = float(config.route_temp)
+        self.topk = config.route_topk
+        self.straight_through = config.route_estimator == "straight_through"
+
+    def forward(self, target_summary: torch.Tensor, source_summaries: torch.Tensor):
+        """(B, H), (B, j, H) -> kept source indices (B, k) and their weights (B, k)."""
+        query = self.route_q(target_summary)
+        keys = self.route_k(source_summaries)
+        logits = torch.einsum("bd,bjd->bj", query, keys) / self.temperature
+        top_logits, index = logits.topk(min(self.topk, logits.shape[-1]), dim=-1)
+        weight = top_logits.softmax(dim=-1)
+        if self.straight_through:
+            probs = logits.softmax(dim=-1).gather(-1, index)
+            weight = weight.detach() + (probs - probs.detach())
+        return index, weight
+
+
+class HDIMMessage(nn.Module):
+    """HDIM message (seed section 3) for one target layer, vectorised over examples and routed sources.
+
+    Pair features phi_st = [z_s, z_t, z_s * z_t, |z_s - z_t|] are never concatenated in full: the first linear
+    layer of the 4-term scorer is split into its per-token part (computed once per token) and its pairwise part,
+    and target tokens are scored `hdim_chunk_size` at a time, recomputed in backward, so peak memory is bounded by
+    the chunk and the results equal the unchunked computation.
+    """
+
+    def __init__(self, config):
+        super().__init__()
+        hidden, dim = config.hidden_size, config.hdim_dim
+        self.proj_tgt = nn.Linear(hidden, dim, bias=False)
+        self.proj_src = None if config.hdim_share_proj else nn.Linear(hidden, dim, bias=False)
+        self.proj_norm = nn.LayerNorm(dim, eps=config.layer_norm_eps) if config.hdim_proj_norm else None
+        self.scorer_kind = config.hdim_scorer
+        if self.scorer_kind == "4term":
+            self.scorer = nn.Sequential(
+                nn.Linear(4 * dim, config.hdim_scorer_hidden), nn.ReLU(), nn.Linear(config.hdim_scorer_hidden, 1)
+            )
+        elif self.scorer_kind == "bilinear":
+            self.scorer = nn.Linear(dim, dim, bias=False)
+        self.token_temp = nn.Parameter(torch.empty(())) if config.hdim_token_temp is not None else None
+        self.fusion = config.hdim_value_fusion
+        width = {"concat_only": 2, "concat_hadam": 3, "concat_diff_hadam": 4}[self.fusion]
+        value_hidden = config.hdim_value_hidden or 2 * max(128, hidden // 2)
+        self.value_mlp = nn.Sequential(
+            nn.Linear(width * hidden, value_hidden),
+            nn.GELU() if config.hdim_value_act == "gelu" else nn.ReLU(),
+            nn.Linear(value_hidden, hidden),
+        )
+        self.value_residual = float(config.hdim_value_residual)
+        self.chunk_size = config.hdim_chunk_size
+
+    def project(self, hidden: torch.Tensor, source: bool) -> torch.Tensor:
+        proj = self.proj_src if (source and self.proj_src is not None) else self.proj_tgt
+        z = proj(hidden)
+        return self.proj_norm(z) if self.proj_norm is not None else z
+
+    def _score_4term(self, z_tgt: torch.Tensor, z_src: torch.Tensor) -> torch.Tensor:
+        first, _, last = self.scorer
+        w_tgt, w_src, w_prod, w_diff = first.weight.split(z_tgt.shape[-1], dim=1)
+        per_tgt = F.linear(z_tgt, w_tgt, first.bias)
+        per_src = F.linear(z_src, w_src)
+        pair = torch.cat(
+            [z_tgt.unsqueeze(2) * z_src.unsqueeze(1), (z_tgt.unsqueeze(2) - z_src.unsqueeze(1)).abs()], dim=-1
+        )
+        hidden = F.linear(pair, torch.cat([w_prod, w_diff], dim=1)) + per_tgt.unsqueeze(2) + per_src.unsqueeze(1)
+        return F.linear(hidden.relu(), last.weight, last.bias).squeeze(-1)
+
+    def alignment_logits(self, z_tgt: torch.Tensor, z_src: torch.Tensor) -> torch.Tensor:
+        """(N, S, D), (N, T, D) -> (N, S, T) logits a_st."""
+        if self.scorer_kind == "bilinear":
+            logits = z_tgt @ self.scorer.weight @ z_src.transpose(1, 2)
+        elif self.scorer_kind == "cosine":
+            logits = 10.0 * F.normalize(z_tgt, dim=-1) @ F.normalize(z_src, dim=-1).transpose(1, 2)
+        elif z_tgt.shape[1] <= self.chunk_size:
+            logits = self._score_4term(z_tgt, z_src)
+        else:
+            chunks = []
+            for part in z_tgt.split(self.chunk_size, dim=1):
+                if torch.is_grad_enabled():
+                    chunks.append(checkpoint(self._score_4term, part, z_src, use_reentrant=False))
+                else:
+                    chunks.append(self._score_4term(part, z_src))
+            logits = torch.cat(chunks, dim=1)
+        if self.token_temp is not None:
+            logits = logits / F.softplus(self.token_temp)
+        return logits
+
+    def forward(self, z_tgt, h_tgt, h_src, allowed):
+        """z_tgt (N, S, D), h_tgt (N, S, H), h_src (N, T, H), allowed (N, S, T) bool
+        -> message (N, S, H) and the mean alignment entropy per example (N,)."""
+        logits = self.alignment_logits(z_tgt, self.project(h_src, source=True))
+        logits = logits.masked_fill(~allowed, torch.finfo(logits.dtype).min)
+        has_source = allowed.any(-1, keepdim=True)
+        alpha = logits.softmax(dim=-1) * has_source
+        entropy = -(alpha * torch.log(alpha.clamp(min=1e-12))).sum(-1)
+        rows = has_source.squeeze(-1).to(entropy.dtype)
+        entropy = (entropy * rows).sum(-1) / rows.sum(-1).clamp(min=1.0)
+        ctx = alpha @ h_src
+        parts = [ctx, h_tgt]
+        if self.fusion == "concat_diff_hadam":
+            parts.append(ctx - h_tgt)
+        if self.fusion != "concat_only":
+            parts.append(ctx * h_tgt)
+        message = self.value_mlp(torch.cat(parts, dim=-1))
+        if self.value_residual:
+            message = message + self.value_residual * (ctx - h_tgt)
+        return message, entropy
+
+
+class BridgeBlock(nn.Module):
+    """Everything a target layer j adds (seed sections 2-4): the QKV and HDIM messages from its routed sources,
+    weighted by the router, blended by the gates, normalised, projected and dropped out.
+
+    Gate placement: in the seed (`gate_placement="pre_norm"`) the gates scale the messages before one LayerNorm,
+    so the LayerNorm divides out their common scale and only the ratio alpha_attn / alpha_hdim matters (in a
+    single-path mode the gate has no effect at all). `"post_norm"` normalises each message first, so each gate
+    sets its message's magnitude. Either way the gates are applied once (the original applied the HDIM gate twice).
+    """
+
+    def __init__(self, config, layer_idx: int):
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.use_qkv = config.bridge_mode in ("hybrid", "qkv")
+        self.use_hdim = config.bridge_mode in ("hybrid", "hdim")
+        head_dim = config.hidden_size // config.num_attention_heads
+        self.value_proj = nn.Linear(head_dim, head_dim) if (self.use_qkv and config.qkv_value_proj) else None
+        self.hdim = HDIMMessage(config) if self.use_hdim else None
+        self.alpha_attn = nn.Parameter(torch.empty(())) if self.use_qkv else None
+        self.alpha_hdim = nn.Parameter(torch.empty(())) if self.use_hdim else None
+        self.softplus_gates = config.gate_activation == "softplus"
+        self.post_norm = config.gate_placement == "post_norm"
+        if self.post_norm:
+            self.norm_attn = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if self.use_qkv else None
+            self.norm_hdim = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if self.use_hdim else None
+        else:
+            self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.proj = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dropout = nn.Dropout(config.bridge_dropout)
+        self.attn_dropout = config.attention_probs_dropout_prob
+        self.entropy_reg = float(config.hdim_entropy_reg)
+        self.stats = StatsAccumulator()
+
+    def init_mechanism(self, config) -> None:
+        """Seed section 4 inits; with `identity_init` the projection is zero, so nothing is injected."""
+        raw = inverse_softplus if self.softplus_gates else float
+        if self.alpha_attn is not None:
+            init.constant_(self.alpha_attn, raw(config.gate_init_attn))
+        if self.alpha_hdim is not None:
+            init.constant_(self.alpha_hdim, raw(config.gate_init_hdim))
+        if self.hdim is not None and self.hdim.token_temp is not None:
+            init.constant_(self.hdim.token_temp, inverse_softplus(config.hdim_token_temp))
+        if config.identity_init:
+            init.zeros_(self.proj.weight)
+        else:
+            init.normal_(self.proj.weight, std=1e-3)
+        init.zeros_(self.proj.bias)
+
+    def gate(self, raw: torch.Tensor) -> torch.Tensor:
+        return F.softplus(raw) if self.softplus_gates else raw
+
+    def _qkv_message(self, attention, hidden, sources, source_kv, key_mask):
+        """Seed section 2: target queries (this layer's `query`) attend to source keys/values, no output proj."""
+        n, seq, width = sources.shape
+        batch = hidden.shape[0]
+        heads, head_dim = attention.num_attention_heads, attention.attention_head_size
+        query = attention.query(hidden).view(batch, seq, heads, head_dim).transpose(1, 2)
+        query = query.repeat_interleave(n // batch, dim=0)
+        if source_kv is None:
+            key, value = attention.key(sources), attention.value(sources)
+        else:
+            w_k, b_k, w_v, b_v = source_kv
+            key = torch.baddbmm(b_k.unsqueeze(1), sources, w_k.transpose(1, 2))
+            value = torch.baddbmm(b_v.unsqueeze(1), sources, w_v.transpose(1, 2))
+        key = key.view(n, seq, heads, head_dim).transpose(1, 2)
+        value = value.view(n, seq, heads, head_dim).transpose(1, 2)
+        if self.value_proj is not None:
+            value = self.value_proj(value)
+        ctx = F.scaled_dot_product_attention(
+            query, key, value, attn_mask=key_mask[:, None, None, :], dropout_p=self.attn_dropout if self.training else 0.0
+        )
+        return ctx.transpose(1, 2).reshape(n, seq, width)
+
+    def forward(self, attention, hidden, sources, route_weight, route_index, source_kv, token_mask, allowed_pairs):
+        """hidden (B, S, H): the target layer's input H_j; sources (B, k, S, H): the routed layer outputs H_i;
+        route_weight / route_index (B, k). Returns the injection (B, S, H) and the auxiliary loss (0-d)."""
+        batch, k = route_weight.shape
+        flat_sources = sources.flatten(0, 1)
+        key_mask = token_mask.repeat_interleave(k, dim=0)
+        weight = route_weight.reshape(batch, k, 1, 1).to(hidden.dtype)
+
+        def mix(per_source: torch.Tensor) -> torch.Tensor:
+            return (per_source.view(batch, k, *per_source.shape[1:]) * weight).sum(1)
+
+        contributions = []
+        aux = hidden.new_zeros(())
+        if self.use_qkv:
+            ctx_qkv = mix(self._qkv_message(attention, hidden, flat_sources, source_kv, key_mask))
+            if self.post_norm:
+                ctx_qkv = self.norm_attn(ctx_qkv)
+            contributions.append(("qkv", self.gate(self.alpha_attn), ctx_qkv))
+        if self.use_hdim:
+            z_tgt = self.hdim.project(hidden, source=False).repeat_interleave(k, dim=0)
+            h_tgt = hidden.repeat_interleave(k, dim=0)
+            allowed = allowed_pairs.repeat_interleave(k, dim=0)
+            message, entropy = self.hdim(z_tgt, h_tgt, flat_sources, allowed)
+            msg_hdim = mix(message)
+            if self.post_norm:
+                msg_hdim = self.norm_hdim(msg_hdim)
+            contributions.append(("hdim", self.gate(self.alpha_hdim), msg_hdim))
+            entropy = mix(entropy.view(-1, 1, 1)).mean()
+            if self.entropy_reg:
+                aux = aux + self.entropy_reg * entropy
+        blended = sum(gate * message for _, gate, message in contributions)
+        if not self.post_norm:
+            blended = self.norm(blended)
+        injection = self.dropout(self.proj(blended))
+        self._record(contributions, injection, token_mask, route_index, route_weight, entropy if self.use_hdim else None)
+        return injection, aux
+
+    @torch.no_grad()
+    def _record(self, contributions, injection, token_mask, route_index, route_weight, entropy):
+        """Usage statistics of the seed's instrumented runs: gates, contribution norms, chosen sources."""
+        prefix = f"bridge/L{self.layer_idx}"
+        valid = token_mask.to(injection.dtype)
+
+        def token_norm(x):
+            return (x.norm(dim=-1) * valid).sum() / valid.sum().clamp(min=1.0)
+
+        for name, gate, message in contributions:
+            self.stats.add(f"{prefix}/alpha_{'attn' if name == 'qkv' else 'hdim'}", gate)
+            self.stats.add(f"{prefix}/{name}_norm", token_norm(gate * message))
+        self.stats.add(f"{prefix}/inject_norm", token_norm(injection))
+        if entropy is not None:
+            self.stats.add(f"{prefix}/hdim_entropy", entropy)
+        hist = F.one_hot(route_index, self.layer_idx).to(injection.dtype).sum(1).mean(0)
+        self.stats.add(f"{prefix}/source", hist)
+        self.stats.add(f"{prefix}/route_weight_max", route_weight.max(-1).values.mean())
+
+
+class BridgeLayerMixin:
+    """A stock encoder layer (same modules, same weight names) that, when it is a target, adds the bridge's
+    injection to its attention output before the FFN (seed section 4)."""
+
+    def __init__(self, config, layer_idx=None):
+        super().__init__(config, layer_idx=layer_idx)
+        self.bridge = BridgeBlock(config, layer_idx) if layer_idx in config.bridge_target_layers else None
+
+    def forward(
+        self,
+        hidden_states,
+        attention_mask=None,
+        sources=None,
+        route_weight=None,
+        route_index=None,
+        source_kv=None,
+        token_mask=None,
+        allowed_pairs=None,
+    ):
+        attention_output, _ = self.attention(hidden_states, attention_mask)
+        aux = None
+        if sources is not None:
+            injection, aux = self.bridge(
+                self.attention.self,
+                hidden_states,
+                sources,
+                route_weight,
+                route_index,
+                source_kv,
+                token_mask,
+                allowed_pairs,
+            )
+            attention_output = attention_output + injection
+        layer_output = apply_chunking_to_forward(
+            self.feed_forward_chunk, self.chunk_size_feed_forward, self.seq_len_dim, attention_output
+        )
+        return layer_output if aux is None else (layer_output, aux)
+
+
+class RobertaBridgeLayer(BridgeLayerMixin, RobertaLayer):
+    pass
+
+
+class BertBridgeLayer(BridgeLayerMixin, BertLayer):
+    pass
+
+
+class BridgeEncoder(nn.Module):
+    """The stock layer stack (`layer.N`) plus the shared router; runs the routing and gathers each target's
+    sources (and, with `qkv_kv_weights="source"`, their key/value weights) vectorised over the batch."""
+
+    def __init__(self, config, layer_class):
+        super().__init__()
+        self.config = config
+        self.layer = nn.ModuleList([layer_class(config, layer_idx=i) for i in range(config.num_hidden_layers)])
+        self.bridge_router = BridgeRouter(config)
+        self.pool_mode = config.route_pool
+        self.source_kv = config.bridge_mode != "hdim" and config.qkv_kv_weights == "source"
+        self.gradient_checkpointing = False
+
+    def _stacked_kv(self, count: int):
+        attn = [layer.attention.self for layer in self.layer[:count]]
+        return (
+            torch.stack([a.key.weight for a in attn]),
+            torch.stack([a.key.bias for a in attn]),
+            torch.stack([a.value.weight for a in attn]),
+            torch.stack([a.value.bias for a in attn]),
+        )
+
+    def forward(self, hidden_states, attention_mask, token_mask, allowed_pairs, output_hidden_states=False):
+        outputs, summaries = [], []
+        all_hidden = (hidden_states,) if output_hidden_states else None
+        aux_loss = hidden_states.new_zeros(())
+        batch_index = torch.arange(hidden_states.shape[0], device=hidden_states.device).unsqueeze(-1)
+        stacked_kv = None
+        for layer in self.layer:
+            if layer.bridge is None:
+                hidden_states = layer(hidden_states, attention_mask)
+            else:
+                target = pool_tokens(hidden_states, token_mask, self.pool_mode)
+                route_index, route_weight = self.bridge_router(target, torch.stack(summaries, dim=1))
+                sources = torch.stack(outputs, dim=1)[batch_index, route_index]
+                source_kv = None
+                if self.source_kv:
+                    if stacked_kv is None:
+                        stacked_kv = self._stacked_kv(len(self.layer))
+                    source_kv = tuple(t[route_index].flatten(0, 1) for t in stacked_kv)
+                hidden_states, aux = layer(
+                    hidden_states,
+                    attention_mask,
+                    sources,
+                    route_weight,
+                    route_index,
+                    source_kv,
+                    token_mask,
+                    allowed_pairs,
+                )
+                aux_loss = aux_loss + aux
+            outputs.append(hidden_states)
+            summaries.append(pool_tokens(hidden_states, token_mask, self.pool_mode))
+            if output_hidden_states:
+                all_hidden = all_hidden + (hidden_states,)
+        return hidden_states, all_hidden, aux_loss
+
+
+class SeedClassificationHead(nn.Module):
+    """The seed's head on the first token: LayerNorm -> Linear -> ReLU -> Dropout -> Linear."""
+
+    def __init__(self, config):
+        super().__init__()
+        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dropout = nn.Dropout(dropout)
+        self.out_proj = nn.Linear(config.hidden_size, config.num_labels)
+
+    def forward(self, sequence_output):
+        x = self.dense(self.norm(sequence_output[:, 0])).relu()
+        return self.out_proj(self.dropout(x))
+
+
+class BridgePreTrainedMixin(ZooModelMixin):
+    """Init and conventions shared by every bridged model (put before the family's PreTrainedModel)."""
+
+    mechanism_name = "Cross-layer bridges"
+    mechanism_param_markers = ("bridge",)
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if isinstance(module, BridgeBlock):
+            module.init_mechanism(self.config)
+
+    def mechanism_summary(self) -> str:
+        c = self.config
+        targets = ", ".join(str(j) for j in c.bridge_target_layers)
+        return (
+            "Cross-layer bridges (interlayer, seed 000): a router picks earlier source layers for each of the "
+            f"target layers {targets}; a {c.bridge_mode} bridge (QKV cross-attention and/or HDIM pairwise-MLP "
+            "messages) is blended by per-layer gates, normalised, projected and added to the attention output "
+            "before the FFN. Every stock weight keeps its stock name; the bridge's own parameters contain `bridge`."
+        )
+
+
+class BridgeModelMixin(BridgePreTrainedMixin):
+    """The bridged base model: stock embeddings, bridged encoder, stock pooler. Families set the three classes."""
+
+    embeddings_class: type[nn.Module]
+    layer_class: type[nn.Module]
+    pooler_class: type[nn.Module]
+
+    def __init__(self, config, add_pooling_layer: bool = True):
+        PreTrainedModel.__init__(self, config)
+        self.config = config
+        self.gradient_checkpointing = False
+        self.embeddings = self.embeddings_class(config)
+        self.encoder = BridgeEncoder(config, self.layer_class)
+        self.pooler = self.pooler_class(config) if add_pooling_layer else None
+        self.post_init()
+
+    def _segments(self, input_ids, token_type_ids):
+        """Segment id per token for cross-segment pair masks: token types, or the separator count before it."""
+        mode = self.config.hdim_segments
+        if mode == "auto":
+            use_types = token_type_ids is not None and bool(token_type_ids.any())
+            mode = "token_type_ids" if use_types else "separator"
+        if mode == "token_type_ids":
+            if token_type_ids is None:
+                raise ValueError("`hdim_segments='token_type_ids'` needs `token_type_ids` in the inputs.")
+            return token_type_ids
+        if input_ids is None:
+            raise ValueError("Separator segments (`hdim_segments='separator'`) need `input_ids`, not `inputs_embeds`.")
+        is_sep = (input_ids == self.config.sep_token_id).long()
+        return ((is_sep.cumsum(-1) - is_sep) > 0).long()
+
+    def _allowed_pairs(self, input_ids, token_type_ids, token_mask):
+        """(B, S, S) bool: which (target token, source token) pairs HDIM may align."""
+        allowed = token_mask[:, None, :].expand(-1, token_mask.shape[1], -1)
+        if self.config.hdim_pair_mask == "cross_segment":
+            segments = self._segments(input_ids, token_type_ids)
+            allowed = allowed & (segments[:, :, None] != segments[:, None, :])
+        if self.config.hdim_mask_special_tokens:
+            if input_ids is None:
+                raise ValueError("`hdim_mask_special_tokens=True` needs `input_ids`, not `inputs_embeds`.")
+            special = (input_ids == self.config.sep_token_id) | (input_ids == self.config.cls_token_id)
+            allowed = allowed & ~special[:, None, :]
+        return allowed
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> BridgeModelOutput:
+        if (input_ids is None) ^ (inputs_embeds is not None):
+            raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
+        embedding_output = self.embeddings(
+            input_ids=input_ids, position_ids=position_ids, token_type_ids=token_type_ids, inputs_embeds=inputs_embeds
+        )
+        if attention_mask is None:
+            token_mask = torch.ones(embedding_output.shape[:2], dtype=torch.bool, device=embedding_output.device)
+        else:
+            token_mask = attention_mask.bool()
+        extended_mask, _ = self._create_attention_masks(
+            attention_mask=attention_mask,
+            encoder_attention_mask=None,
+            embedding_output=embedding_output,
+            encoder_hidden_states=None,
+            past_key_values=None,
+        )
+        allowed_pairs = self._allowed_pairs(input_ids, token_type_ids, token_mask) if self.config.bridge_mode != "qkv" else None
+        sequence_output, all_hidden, aux_loss = self.encoder(
+            embedding_output, extended_mask, token_mask, allowed_pairs, output_hidden_states=output_hidden_states
+        )
+        pooled_output = self.pooler(sequence_output) if self.pooler is not None else None
+        output = BridgeModelOutput(
+            last_hidden_state=sequence_output,
+            pooler_output=pooled_output,
+            hidden_states=all_hidden,
+            bridge_aux_loss=aux_loss,
+        )
+        return output if return_dict is not False else output.to_tuple()
+
+
+def classification_loss(labels, logits, config, label_smoothing: float = 0.0):
+    """The stock sequence-classification loss, with label smoothing for single-label problems."""
+    if label_smoothing and config.num_labels > 1 and labels.dtype in (torch.long, torch.int):
+        config.problem_type = config.problem_type or "single_label_classification"
+        if config.problem_type == "single_label_classification":
+            return F.cross_entropy(logits.view(-1, config.num_labels), labels.view(-1), label_smoothing=label_smoothing)
+    return ForSequenceClassificationLoss(labels, logits, config)
+
+
+class BridgeForSequenceClassificationMixin(BridgePreTrainedMixin):
+    """Sequence classification on a bridged encoder, with the family's stock head or the seed's head.
+
+    `label_smoothing` is an attribute (default 0.0) rather than the Trainer's `label_smoothing_factor`, because the
+    Trainer's smoother recomputes the loss from the logits and would drop the bridge's auxiliary loss.
+    """
+
+    pipeline_tag = "text-classification"
+    base_class: type[nn.Module]
+    stock_uses_pooler: bool
+
+    def __init__(self, config):
+        PreTrainedModel.__init__(self, config)
+        self.num_labels = config.num_labels
+        self.config = config
+        self.label_smoothing = 0.0
+        add_pooler = self.stock_uses_pooler and config.classifier_head == "stock"
+        setattr(self, self.base_model_prefix, self.base_class(config, add_pooling_layer=add_pooler))
+        if config.classifier_head == "seed":
+            self.classifier = SeedClassificationHead(config)
+        else:
+            self.build_stock_head(config)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> BridgeSequenceClassifierOutput:
+        outputs = getattr(self, self.base_model_prefix)(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        if self.config.classifier_head == "seed":
+            logits = self.classifier(outputs.last_hidden_state)
+        else:
+            logits = self.stock_logits(outputs)
+        loss = task_loss = None
+        if labels is not None:
+            task_loss = classification_loss(labels, logits, self.config, self.label_smoothing)
+            loss = task_loss + outputs.bridge_aux_loss
+        return BridgeSequenceClassifierOutput(
+            loss=loss,
+            logits=logits,
+            hidden_states=outputs.hidden_states,
+            task_loss=task_loss,
+            bridge_aux_loss=outputs.bridge_aux_loss,
+        )
+
+
+class RobertaBridgeModel(BridgeModelMixin, RobertaModel):
+    config_class = RobertaBridgeConfig
+    embeddings_class = RobertaEmbeddings
+    layer_class = RobertaBridgeLayer
+    pooler_class = RobertaPooler
+    _no_split_modules = ["RobertaEmbeddings", "RobertaBridgeLayer"]
+
+
+class BertBridgeModel(BridgeModelMixin, BertModel):
+    config_class = BertBridgeConfig
+    embeddings_class = BertEmbeddings
+    layer_class = BertBridgeLayer
+    pooler_class = BertPooler
+    _no_split_modules = ["BertEmbeddings", "BertBridgeLayer"]
+
+
+class RobertaBridgeForSequenceClassification(BridgeForSequenceClassificationMixin, RobertaPreTrainedModel):
+    config_class = RobertaBridgeConfig
+    base_class = RobertaBridgeModel
+    stock_uses_pooler = False
+
+    def build_stock_head(self, config):
+        self.classifier = RobertaClassificationHead(config)
+
+    def stock_logits(self, outputs):
+        return self.classifier(outputs.last_hidden_state)
+
+
+class BertBridgeForSequenceClassification(BridgeForSequenceClassificationMixin, BertPreTrainedModel):
+    config_class = BertBridgeConfig
+    base_class = BertBridgeModel
+    stock_uses_pooler = True
+
+    def build_stock_head(self, config):
+        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+
+    def stock_logits(self, outputs):
+        return self.classifier(self.dropout(outputs.pooler_output))
+
+
+RobertaBridgeConfig.register_for_auto_class()
+BertBridgeConfig.register_for_auto_class()
+RobertaBridgeModel.register_for_auto_class("AutoModel")
+BertBridgeModel.register_for_auto_class("AutoModel")
+RobertaBridgeForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
+BertBridgeForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
+
+__all__ = [
+    "RobertaBridgeModel",
+    "RobertaBridgeForSequenceClassification",
+    "BertBridgeModel",
+    "BertBridgeForSequenceClassification",
+    "BridgeModelOutput",
+    "BridgeSequenceClassifierOutput",
+]

@@ -1,0 +1,253 @@
+"""Behaviour shared by every interlayer mechanism: config conventions, conversion from stock checkpoints,
+statistics for watching a mechanism, and the model card written beside the weights.
+
+This file sits in the same folder as the configuration and modeling files that import it, so that
+`save_pretrained` ships it with the remote code (a parent-relative import would break `trust_remote_code`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+
+def check_choice(field: str, value: Any, allowed) -> None:
+    """Raise the zoo's standard error for a config field whose value is not one of `allowed`."""
+    if value not in allowed:
+        raise ValueError(f"`{field}` must be one of {sorted(allowed)}, got {value!r}.")
+
+
+def check_range(field: str, value, low=None, high=None, *, low_open=False, allow_none=False) -> None:
+    """Raise the zoo's standard error for a numeric config field outside its allowed range."""
+    if value is None and allow_none:
+        return
+    too_low = low is not None and (value <= low if low_open else value < low)
+    too_high = high is not None and value > high
+    if value is None or too_low or too_high:
+        lo = "" if low is None else f"{'>' if low_open else '>='} {low}"
+        hi = "" if high is None else f"<= {high}"
+        allowed = " and ".join(x for x in (lo, hi) if x)
+        raise ValueError(f"`{field}` must be {allowed}, got {value!r}.")
+
+
+@dataclasses.dataclass(kw_only=True)
+class ZooConfigFields:
+    """Fields every interlayer config has, whatever the mechanism.
+
+    Args:
+        identity_init (`bool`, defaults to `True`):
+            Initialise the mechanism so that the converted model computes exactly the stock model's function
+            until it is trained. A mechanism that cannot honour it raises a `ValueError` naming the setting
+            that prevents it.
+        base_model_name_or_path (`str`, *optional*):
+            The stock checkpoint this model was converted from; recorded automatically by `from_pretrained`
+            on a stock checkpoint and written into the model card.
+    """
+
+    identity_init: bool = True
+    base_model_name_or_path: str | None = None
+
+
+class ZooConfigMixin:
+    """Conversion rules for configs: which stock `model_type`s a mechanism accepts, and presets.
+
+    `from_pretrained(stock_checkpoint, **options)` applies the options before validation (so a bad value fails at
+    config creation) and refuses a checkpoint whose `model_type` is not one of `stock_model_types`.
+    """
+
+    stock_model_types: ClassVar[tuple[str, ...]] = ()
+    presets: ClassVar[dict[str, dict[str, Any]]] = {}
+
+    @classmethod
+    def from_dict(cls, config_dict: dict[str, Any], **kwargs):
+        model_type = config_dict.get("model_type")
+        allowed = (cls.model_type, *cls.stock_model_types)
+        if model_type is not None and model_type not in allowed:
+            raise ValueError(
+                f"{cls.__name__} converts checkpoints with model_type in {list(allowed)}, but this checkpoint has "
+                f"model_type={model_type!r}. Use the interlayer class for that architecture "
+                f"(`interlayer convert --help` lists them)."
+            )
+        field_names = {f.name for f in dataclasses.fields(cls)}
+        options = {k: kwargs.pop(k) for k in list(kwargs) if k in field_names}
+        config_dict = {**config_dict, **options, "model_type": cls.model_type}
+        if model_type in cls.stock_model_types and not config_dict.get("base_model_name_or_path"):
+            config_dict["base_model_name_or_path"] = kwargs.get("name_or_path") or config_dict.get("_name_or_path")
+        return super().from_dict(config_dict, **kwargs)
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides):
+        """A config for one of the seed's named runs (`cls.presets`), with any field overridden."""
+        check_choice("preset", name, cls.presets)
+        return cls(**{**cls.presets[name], **overrides})
+
+
+class StatsAccumulator(nn.Module):
+    """Running sums of scalar statistics, kept on the model's device (no host sync in the forward pass).
+
+    A mechanism calls `add(name, value)` with 0-d tensors during forward; `read()` averages over the forwards
+    since the last reset and returns plain floats. The buffers are not persistent: nothing is saved.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self._sums: dict[str, torch.Tensor] = {}
+        self._counts: dict[str, int] = {}
+
+    @torch.no_grad()
+    def add(self, name: str, value: torch.Tensor) -> None:
+        value = value.detach().float()
+        if name in self._sums:
+            self._sums[name] = self._sums[name] + value
+            self._counts[name] += 1
+        else:
+            self._sums[name] = value.clone()
+            self._counts[name] = 1
+
+    def read(self, reset: bool = True) -> dict[str, float]:
+        out = {}
+        for name, total in self._sums.items():
+            mean = (total / self._counts[name]).cpu()
+            if mean.ndim == 0:
+                out[name] = mean.item()
+            else:
+                for i, v in enumerate(mean.tolist()):
+                    out[f"{name}_{i}"] = v
+        if reset:
+            self._sums, self._counts = {}, {}
+        return out
+
+
+class ZooModelMixin:
+    """Model behaviour shared by the zoo: statistics, trainable-parameter report, model card on save.
+
+    A mechanism sets `mechanism_name` (card title), `mechanism_param_markers` (substrings that name its own
+    parameters, as PEFT names adapters) and implements `mechanism_summary()` (markdown for the card).
+    """
+
+    mechanism_name: ClassVar[str] = ""
+    mechanism_param_markers: ClassVar[tuple[str, ...]] = ()
+    pipeline_tag: ClassVar[str | None] = None
+
+    def mechanism_parameter_names(self) -> list[str]:
+        return [n for n, _ in self.named_parameters() if any(m in n for m in self.mechanism_param_markers)]
+
+    def mechanism_stats(self, reset: bool = True) -> dict[str, float]:
+        """Statistics gathered since the last reset, averaged over forward passes, as `{name: float}`."""
+        out = {}
+        for module in self.modules():
+            if isinstance(module, StatsAccumulator):
+                out.update(module.read(reset=reset))
+        return out
+
+    def parameter_report(self) -> dict[str, int | float]:
+        mech = set(self.mechanism_parameter_names())
+        total = trainable = mechanism = 0
+        for name, p in self.named_parameters():
+            total += p.numel()
+            trainable += p.numel() if p.requires_grad else 0
+            mechanism += p.numel() if name in mech else 0
+        return {
+            "total": total,
+            "trainable": trainable,
+            "mechanism": mechanism,
+            "mechanism_percent": 100.0 * mechanism / max(total, 1),
+        }
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        result = super().save_pretrained(save_directory, *args, **kwargs)
+        if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+            write_model_card(self, save_directory)
+        return result
+
+
+def _yaml_value(value) -> str:
+    return json.dumps(value)
+
+
+def write_model_card(model, save_directory) -> str:
+    """Write README.md (YAML metadata + what the mechanism is and its settings) into `save_directory`.
+
+    `model.card_data` (a dict, optional) adds `datasets`, `metrics` (name -> value) and free `notes`.
+    The file is written to a temporary name and renamed, so an interrupted save never leaves half a card.
+    """
+    config = model.config
+    extra = getattr(model, "card_data", None) or {}
+    base = getattr(config, "base_model_name_or_path", None)
+    meta = {
+        "library_name": "transformers",
+        "tags": ["interlayer", model.mechanism_name.lower().replace(" ", "-"), "custom_code"],
+    }
+    if base and not os.path.isdir(str(base)):
+        meta["base_model"] = str(base)
+    if model.pipeline_tag:
+        meta["pipeline_tag"] = model.pipeline_tag
+    if extra.get("datasets"):
+        meta["datasets"] = list(extra["datasets"])
+    if extra.get("metrics"):
+        meta["metrics"] = sorted(extra["metrics"])
+    lines = ["---"] + [f"{k}: {_yaml_value(v)}" for k, v in meta.items()] + ["---", ""]
+    arch = (config.architectures or [type(model).__name__])[0]
+    lines += [f"# {arch} ({model.mechanism_name})", ""]
+    lines += [model.mechanism_summary(), ""]
+    if base:
+        lines += [f"Converted from the stock checkpoint `{base}` with [interlayer](https://pypi.org/project/interlayer/).", ""]
+    report = model.parameter_report()
+    lines += [
+        "## Parameters",
+        "",
+        f"- total: {report['total']:,}",
+        f"- trainable: {report['trainable']:,}",
+        f"- mechanism: {report['mechanism']:,} ({report['mechanism_percent']:.2f}% of the total)",
+        "",
+        "## Settings",
+        "",
+        "| field | value |",
+        "| --- | --- |",
+    ]
+    for name, value in mechanism_settings(config).items():
+        lines.append(f"| `{name}` | `{value!r}` |")
+    if extra.get("metrics"):
+        lines += ["", "## Results", "", "| metric | value |", "| --- | --- |"]
+        lines += [f"| {k} | {v:.4f} |" if isinstance(v, float) else f"| {k} | {v} |" for k, v in extra["metrics"].items()]
+    if extra.get("notes"):
+        lines += ["", str(extra["notes"])]
+    lines += [
+        "",
+        "## Use",
+        "",
+        "```python",
+        f"from transformers import {auto_class_name(model)}",
+        "",
+        f'model = {auto_class_name(model)}.from_pretrained("PATH_OR_REPO", trust_remote_code=True)',
+        "```",
+        "",
+    ]
+    path = os.path.join(str(save_directory), "README.md")
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines))
+    os.replace(tmp, path)
+    return path
+
+
+def mechanism_settings(config) -> dict[str, Any]:
+    """The mechanism's own config fields (those declared by the zoo's field dataclasses), in declaration order."""
+    names = []
+    for klass in type(config).__mro__:
+        if klass.__name__.endswith("Fields") and dataclasses.is_dataclass(klass):
+            names += [f.name for f in dataclasses.fields(klass) if f.name not in names]
+    return {n: getattr(config, n) for n in names}
+
+
+def auto_class_name(model) -> str:
+    auto_map = getattr(model.config, "auto_map", None) or {}
+    for key in auto_map:
+        if key.startswith("AutoModel"):
+            return key
+    return getattr(model, "_auto_class", None) or "AutoModel"

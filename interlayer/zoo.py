@@ -1,0 +1,160 @@
+"""The zoo's registry (which mechanism converts which stock architecture, for which task) and conversion."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+
+from transformers import AutoModel, AutoModelForSequenceClassification, PretrainedConfig
+
+from .models.configuration_bridge import BertBridgeConfig, RobertaBridgeConfig
+from .models.zoo_common import check_choice
+from .models.modeling_bridge import (
+    BertBridgeForSequenceClassification,
+    BertBridgeModel,
+    RobertaBridgeForSequenceClassification,
+    RobertaBridgeModel,
+)
+
+
+@dataclass(frozen=True)
+class ZooEntry:
+    mechanism: str
+    stock_model_type: str
+    task: str
+    config_class: type
+    model_class: type
+    auto_class: type
+
+
+ZOO: tuple[ZooEntry, ...] = (
+    ZooEntry("bridge", "roberta", "base", RobertaBridgeConfig, RobertaBridgeModel, AutoModel),
+    ZooEntry(
+        "bridge",
+        "roberta",
+        "sequence-classification",
+        RobertaBridgeConfig,
+        RobertaBridgeForSequenceClassification,
+        AutoModelForSequenceClassification,
+    ),
+    ZooEntry("bridge", "bert", "base", BertBridgeConfig, BertBridgeModel, AutoModel),
+    ZooEntry(
+        "bridge",
+        "bert",
+        "sequence-classification",
+        BertBridgeConfig,
+        BertBridgeForSequenceClassification,
+        AutoModelForSequenceClassification,
+    ),
+)
+
+TASKS = sorted({e.task for e in ZOO})
+MECHANISMS = sorted({e.mechanism for e in ZOO})
+
+
+def find_entry(mechanism: str, model_type: str, task: str) -> ZooEntry:
+    """The zoo entry for a mechanism on a stock `model_type` and task, or an error listing what exists."""
+    if mechanism not in MECHANISMS:
+        raise ValueError(f"`mechanism` must be one of {MECHANISMS}, got {mechanism!r}.")
+    if task not in TASKS:
+        raise ValueError(f"`task` must be one of {TASKS}, got {task!r}.")
+    for entry in ZOO:
+        if entry.mechanism == mechanism and task == entry.task:
+            if model_type in (entry.stock_model_type, entry.config_class.model_type):
+                return entry
+    supported = sorted({e.stock_model_type for e in ZOO if e.mechanism == mechanism and e.task == task})
+    raise ValueError(
+        f"mechanism {mechanism!r} does not convert model_type={model_type!r} for task {task!r}; "
+        f"supported model types: {supported}."
+    )
+
+
+def default_task(config_dict: dict) -> str:
+    architectures = config_dict.get("architectures") or []
+    return "sequence-classification" if any(a.endswith("ForSequenceClassification") for a in architectures) else "base"
+
+
+@dataclass
+class ConversionReport:
+    entry: ZooEntry
+    missing_keys: list[str]
+    unexpected_keys: list[str]
+    new_mechanism_keys: list[str]
+    new_head_keys: list[str]
+    parameters: dict
+
+
+def convert(
+    source: str,
+    mechanism: str,
+    task: str | None = None,
+    preset: str | None = None,
+    **options,
+):
+    """Load a stock checkpoint as a zoo model: every stock weight loaded, the mechanism initialised per its config.
+
+    Returns `(model, report)`. Raises `ValueError` if a stock base weight would be missing or a checkpoint weight
+    would go unused, which means the checkpoint is not the architecture it claims to be.
+    """
+    config_dict, _ = PretrainedConfig.get_config_dict(source)
+    task = task or default_task(config_dict)
+    entry = find_entry(mechanism, config_dict.get("model_type"), task)
+    if preset is not None:
+        check_choice("preset", preset, entry.config_class.presets)
+        options = {**entry.config_class.presets[preset], **options}
+    config = entry.config_class.from_pretrained(source, **options)
+    model, info = entry.model_class.from_pretrained(source, config=config, output_loading_info=True)
+    markers = model.mechanism_param_markers
+    missing = list(info["missing_keys"])
+    unexpected = list(info["unexpected_keys"])
+    new_mechanism = [k for k in missing if any(m in k for m in markers)]
+    base_prefix = model.base_model_prefix + "."
+    new_head = [k for k in missing if k not in new_mechanism and not k.startswith(base_prefix) and "pooler" not in k]
+    missing_base = [k for k in missing if k not in new_mechanism and k not in new_head]
+    if missing_base or (unexpected and task == default_task(config_dict)):
+        raise ValueError(
+            f"{source} does not fit {entry.model_class.__name__}: missing stock weights {missing_base[:8]}, "
+            f"unused checkpoint weights {unexpected[:8]}."
+        )
+    report = ConversionReport(entry, missing, unexpected, new_mechanism, new_head, model.parameter_report())
+    return model, report
+
+
+def save_atomically(model, output_dir: str, tokenizer_source: str | None = None, overwrite: bool = False) -> str:
+    """`save_pretrained` into a temporary folder beside `output_dir`, then move it into place, so an interrupted
+    save never leaves a half-written model and an existing folder is only replaced when `overwrite` is set."""
+    output_dir = os.path.abspath(output_dir)
+    if os.path.exists(output_dir) and os.listdir(output_dir) and not overwrite:
+        raise FileExistsError(f"{output_dir} exists and is not empty; pass overwrite=True (--overwrite) to replace it.")
+    parent = os.path.dirname(output_dir)
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".interlayer-save-", dir=parent)
+    try:
+        model.save_pretrained(staging)
+        if tokenizer_source is not None:
+            save_tokenizer(tokenizer_source, staging)
+        if os.path.exists(output_dir):
+            old = tempfile.mkdtemp(prefix=".interlayer-old-", dir=parent)
+            os.replace(output_dir, os.path.join(old, "model"))
+            os.replace(staging, output_dir)
+            shutil.rmtree(old)
+        else:
+            os.replace(staging, output_dir)
+    finally:
+        if os.path.exists(staging):
+            shutil.rmtree(staging)
+    return output_dir
+
+
+def save_tokenizer(source: str, output_dir: str) -> bool:
+    """Copy the source's tokenizer next to the converted weights, when the source has one."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source)
+    except (OSError, ValueError):
+        return False
+    tokenizer.save_pretrained(output_dir)
+    return True
