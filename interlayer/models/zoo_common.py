@@ -5,7 +5,6 @@ This file sits in the same folder as the configuration and modeling files that i
 `save_pretrained` ships it with the remote code (a parent-relative import would break `trust_remote_code`).
 """
 
-from __future__ import annotations
 
 import dataclasses
 import json
@@ -87,11 +86,21 @@ class ZooConfigMixin:
         return cls(**{**cls.presets[name], **overrides})
 
 
+EVAL_PREFIX = "eval/"
+
+
+def _in_split(name: str, split: str | None) -> bool:
+    if split is None:
+        return True
+    return name.startswith(EVAL_PREFIX) == (split == "eval")
+
+
 class StatsAccumulator(nn.Module):
     """Running sums of scalar statistics, kept on the model's device (no host sync in the forward pass).
 
-    A mechanism calls `add(name, value)` with 0-d tensors during forward; `read()` averages over the forwards
-    since the last reset and returns plain floats. The buffers are not persistent: nothing is saved.
+    A mechanism calls `add(name, value)` with 0-d or 1-d tensors during forward; `read()` averages over the
+    forwards since the last reset and returns plain floats (a 1-d statistic `x` becomes `x_0`, `x_1`, ...).
+    Forwards in eval mode are kept apart under the prefix `eval/`. Nothing here is saved with the model.
     """
 
     def __init__(self):
@@ -101,6 +110,8 @@ class StatsAccumulator(nn.Module):
 
     @torch.no_grad()
     def add(self, name: str, value: torch.Tensor) -> None:
+        if not self.training:
+            name = EVAL_PREFIX + name
         value = value.detach().float()
         if name in self._sums:
             self._sums[name] = self._sums[name] + value
@@ -109,17 +120,20 @@ class StatsAccumulator(nn.Module):
             self._sums[name] = value.clone()
             self._counts[name] = 1
 
-    def read(self, reset: bool = True) -> dict[str, float]:
+    def read(self, reset: bool = True, split: str | None = None) -> dict[str, float]:
         out = {}
-        for name, total in self._sums.items():
-            mean = (total / self._counts[name]).cpu()
+        for name in [n for n in self._sums if _in_split(n, split)]:
+            mean = (self._sums[name] / self._counts[name]).cpu()
+            if split == "eval":
+                name = name[len(EVAL_PREFIX) :]
             if mean.ndim == 0:
                 out[name] = mean.item()
             else:
                 for i, v in enumerate(mean.tolist()):
                     out[f"{name}_{i}"] = v
-        if reset:
-            self._sums, self._counts = {}, {}
+            if reset:
+                key = EVAL_PREFIX + name if split == "eval" else name
+                del self._sums[key], self._counts[key]
         return out
 
 
@@ -137,12 +151,15 @@ class ZooModelMixin:
     def mechanism_parameter_names(self) -> list[str]:
         return [n for n, _ in self.named_parameters() if any(m in n for m in self.mechanism_param_markers)]
 
-    def mechanism_stats(self, reset: bool = True) -> dict[str, float]:
-        """Statistics gathered since the last reset, averaged over forward passes, as `{name: float}`."""
+    def mechanism_stats(self, reset: bool = True, split: str | None = None) -> dict[str, float]:
+        """Statistics gathered since the last reset, averaged over forward passes, as `{name: float}`.
+
+        `split="train"` reads the forwards made in training mode, `split="eval"` those made in eval mode (names
+        without their `eval/` prefix), `None` both. Reading resets what it read unless `reset=False`."""
         out = {}
         for module in self.modules():
             if isinstance(module, StatsAccumulator):
-                out.update(module.read(reset=reset))
+                out.update(module.read(reset=reset, split=split))
         return out
 
     def parameter_report(self) -> dict[str, int | float]:

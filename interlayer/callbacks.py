@@ -1,0 +1,54 @@
+"""`TrainerCallback`s shared by every mechanism of the zoo."""
+
+from __future__ import annotations
+
+from transformers import Trainer, TrainerCallback
+
+
+def _unwrap(model):
+    while hasattr(model, "module"):
+        model = model.module
+    return model
+
+
+class MechanismStatsCallback(TrainerCallback):
+    """Adds the model's `mechanism_stats()` (averaged since the previous log) to every Trainer log, so they reach
+    the console, `trainer_state.json` and every `report_to` integration (TensorBoard, W&B, ...) like any metric.
+
+    Integrations read the log dict in callback order, so attach it with `MechanismStatsCallback.attach(trainer)`,
+    which puts it first. Evaluation metrics get the statistics of the evaluation forwards, prefixed `eval_`.
+    """
+
+    @classmethod
+    def attach(cls, trainer: Trainer) -> "MechanismStatsCallback":
+        callback = cls()
+        trainer.callback_handler.callbacks.insert(0, callback)
+        return callback
+
+    def on_log(self, args, state, control, logs=None, model=None, **kwargs):
+        if logs is None or model is None or not hasattr(_unwrap(model), "mechanism_stats"):
+            return
+        evaluation = any(k.startswith("eval_") for k in logs)
+        stats = _unwrap(model).mechanism_stats(reset=True, split="eval" if evaluation else "train")
+        stats = {f"eval_{k}": v for k, v in stats.items()} if evaluation else stats
+        logs.update(stats)
+        if state.log_history and state.log_history[-1].get("step") == state.global_step:
+            state.log_history[-1].update(stats)
+
+
+class EarlyStopBelowCallback(TrainerCallback):
+    """The seed's early-stop rule: stop training when the evaluation metric after epoch `epoch` (default 1) is
+    below `threshold` (the seed: epoch-1 RTE accuracy < 0.70)."""
+
+    def __init__(self, threshold: float, metric: str = "eval_accuracy", epoch: int = 1):
+        self.threshold = threshold
+        self.metric = metric
+        self.epoch = epoch
+        self.triggered = False
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        if metrics is None or self.metric not in metrics or state.epoch is None:
+            return
+        if abs(state.epoch - self.epoch) < 1e-3 and metrics[self.metric] < self.threshold:
+            self.triggered = True
+            control.should_training_stop = True
