@@ -438,19 +438,20 @@ class BridgeEncoder(nn.Module):
 
 
 class SeedClassificationHead(nn.Module):
-    """The seed's head on the first token: LayerNorm -> Linear -> ReLU -> Dropout -> Linear."""
+    """The seed's head on the first token: LayerNorm -> Linear -> ReLU -> Dropout -> Linear. Its weights are named
+    `fc1`/`fc2` so that a stock head (`dense`/`out_proj`) is never loaded into it by name."""
 
     def __init__(self, config):
         super().__init__()
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.fc1 = nn.Linear(config.hidden_size, config.hidden_size)
         self.dropout = nn.Dropout(dropout)
-        self.out_proj = nn.Linear(config.hidden_size, config.num_labels)
+        self.fc2 = nn.Linear(config.hidden_size, config.num_labels)
 
     def forward(self, sequence_output):
-        x = self.dense(self.norm(sequence_output[:, 0])).relu()
-        return self.out_proj(self.dropout(x))
+        x = self.fc1(self.norm(sequence_output[:, 0])).relu()
+        return self.fc2(self.dropout(x))
 
 
 class BridgePreTrainedMixin(ZooModelMixin):

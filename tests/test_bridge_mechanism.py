@@ -1,0 +1,247 @@
+"""Behaviour specific to the cross-layer bridges: router gradient, chunking, gates, masks, presets, statistics."""
+
+import pytest
+import torch
+from bridge_fixtures import TINY, build_stock_bert, build_stock_roberta, labels_for, pair_batch
+from transformers import AutoConfig, AutoModelForSequenceClassification, Trainer, TrainingArguments
+
+from interlayer import (
+    BRIDGE_PRESETS,
+    BertBridgeConfig,
+    BertBridgeForSequenceClassification,
+    RobertaBridgeConfig,
+    RobertaBridgeForSequenceClassification,
+    bridge_preset,
+)
+from interlayer.callbacks import EarlyStopBelowCallback, MechanismStatsCallback
+
+
+@pytest.fixture
+def roberta_dir(tmp_path):
+    build_stock_roberta(str(tmp_path / "roberta"))
+    return str(tmp_path / "roberta")
+
+
+@pytest.fixture
+def bert_dir(tmp_path):
+    build_stock_bert(str(tmp_path / "bert"))
+    return str(tmp_path / "bert")
+
+
+def router_grad(folder, **options):
+    torch.manual_seed(0)
+    model = RobertaBridgeForSequenceClassification.from_pretrained(folder, identity_init=False, **options)
+    batch = pair_batch("roberta")
+    model(**batch, labels=labels_for(batch)).loss.backward()
+    grads = [p.grad for p in model.base_model.encoder.bridge_router.parameters()]
+    return sum(0.0 if g is None else g.abs().sum().item() for g in grads)
+
+
+def test_router_learns_at_top1_with_straight_through(roberta_dir):
+    assert router_grad(roberta_dir, route_topk=1, route_estimator="straight_through") > 0
+
+
+def test_seed_router_gets_no_gradient_at_top1(roberta_dir):
+    """The seed's defect, kept available as `route_estimator="topk_softmax"`."""
+    assert router_grad(roberta_dir, route_topk=1, route_estimator="topk_softmax") == 0
+
+
+def test_straight_through_keeps_the_seed_forward(roberta_dir):
+    outs = []
+    for estimator in ("straight_through", "topk_softmax"):
+        torch.manual_seed(0)
+        model = RobertaBridgeForSequenceClassification.from_pretrained(
+            roberta_dir, identity_init=False, route_topk=2, route_estimator=estimator
+        ).eval()
+        with torch.no_grad():
+            outs.append(model(**pair_batch("roberta")).logits)
+    torch.testing.assert_close(outs[0], outs[1], rtol=0, atol=0)
+
+
+def test_hdim_chunking_gives_identical_outputs_and_gradients(roberta_dir):
+    batch = pair_batch("roberta", lengths=((20, 17), (9, 4)))
+    labels = labels_for(batch)
+    results = []
+    for chunk in (512, 7):
+        torch.manual_seed(0)
+        model = RobertaBridgeForSequenceClassification.from_pretrained(
+            roberta_dir, identity_init=False, bridge_mode="hdim", hdim_chunk_size=chunk, bridge_dropout=0.0,
+            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+        ).train()
+        out = model(**batch, labels=labels)
+        out.loss.backward()
+        grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+        results.append((out.logits.detach(), grads))
+    torch.testing.assert_close(results[1][0], results[0][0])
+    for name, grad in results[0][1].items():
+        torch.testing.assert_close(results[1][1][name], grad, msg=name)
+
+
+def injection(folder, scale, placement):
+    torch.manual_seed(0)
+    model = RobertaBridgeForSequenceClassification.from_pretrained(
+        folder, identity_init=False, gate_placement=placement
+    ).eval()
+    with torch.no_grad():
+        for layer in model.base_model.encoder.layer:
+            if layer.bridge is not None:
+                layer.bridge.alpha_attn.mul_(scale)
+                layer.bridge.alpha_hdim.mul_(scale)
+        return model.base_model(**pair_batch("roberta")).last_hidden_state
+
+
+def test_pre_norm_gates_cancel_in_the_layernorm(roberta_dir):
+    """Seed placement: a common scale on both gates is divided out by the LayerNorm (only their ratio matters)."""
+    torch.testing.assert_close(injection(roberta_dir, 4.0, "pre_norm"), injection(roberta_dir, 1.0, "pre_norm"))
+
+
+def test_post_norm_gates_set_the_message_scale(roberta_dir):
+    diff = injection(roberta_dir, 4.0, "post_norm") - injection(roberta_dir, 1.0, "post_norm")
+    assert diff.abs().max() > 1e-4
+
+
+def test_separator_and_token_type_segments(roberta_dir, bert_dir):
+    roberta = RobertaBridgeForSequenceClassification.from_pretrained(roberta_dir).base_model
+    ids = torch.tensor([[0, 7, 8, 2, 2, 9, 2, 1]])
+    assert roberta._segments(ids, None).tolist() == [[0, 0, 0, 0, 1, 1, 1, 1]]
+    bert = BertBridgeForSequenceClassification.from_pretrained(bert_dir).base_model
+    ids = torch.tensor([[101, 7, 102, 9, 9, 102, 0]])
+    assert bert._segments(ids, None).tolist() == [[0, 0, 0, 1, 1, 1, 1]]
+    types = torch.tensor([[0, 0, 0, 1, 1, 1, 0]])
+    assert bert._segments(ids, types).tolist() == types.tolist()
+
+
+def test_cross_segment_pairs_and_special_tokens(bert_dir):
+    model = BertBridgeForSequenceClassification.from_pretrained(
+        bert_dir, hdim_pair_mask="cross_segment", hdim_mask_special_tokens=True
+    ).base_model
+    batch = pair_batch("bert", lengths=((2, 2),))
+    allowed = model._allowed_pairs(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"].bool())[0]
+    # [CLS] a a [SEP] b b [SEP]: segment A = 0..3, B = 4..6; sources never CLS/SEP
+    expected = torch.zeros(7, 7, dtype=torch.bool)
+    expected[:4, 4:6] = True
+    expected[4:, 1:3] = True
+    assert torch.equal(allowed, expected)
+
+
+def test_separator_segments_need_input_ids(roberta_dir):
+    model = RobertaBridgeForSequenceClassification.from_pretrained(roberta_dir, hdim_pair_mask="cross_segment")
+    embeds = torch.randn(1, 5, TINY["hidden_size"])
+    with pytest.raises(ValueError, match="need `input_ids`"):
+        model(inputs_embeds=embeds)
+
+
+@pytest.mark.parametrize("name", sorted(BRIDGE_PRESETS))
+def test_every_preset_builds_and_runs(name, roberta_dir):
+    config = RobertaBridgeConfig.from_pretrained(roberta_dir, **bridge_preset(name))
+    for field, value in BRIDGE_PRESETS[name].items():
+        assert getattr(config, field) == value
+    model = RobertaBridgeForSequenceClassification.from_pretrained(roberta_dir, config=config).eval()
+    assert torch.isfinite(model(**pair_batch("roberta")).logits).all()
+
+
+def test_from_preset_with_overrides_and_unknown_preset():
+    config = BertBridgeConfig.from_preset("H9", route_topk=2, **TINY)
+    assert (config.bridge_mode, config.hdim_value_fusion, config.route_topk) == ("hdim", "concat_only", 2)
+    with pytest.raises(ValueError, match=r"`preset` must be one of .*'H9'.*got 'H99'"):
+        BertBridgeConfig.from_preset("H99")
+    with pytest.raises(ValueError, match="preset"):
+        bridge_preset("nope")
+
+
+def test_presets_are_documented():
+    import pathlib
+
+    doc = (pathlib.Path(__file__).parents[1] / "docs" / "bridges.md").read_text()
+    for name in BRIDGE_PRESETS:
+        assert f"| `{name}` |" in doc, f"preset {name} missing from docs/bridges.md"
+
+
+def test_options_fail_at_config_creation_not_at_forward(roberta_dir):
+    with pytest.raises(Exception, match="route_topk"):
+        RobertaBridgeForSequenceClassification.from_pretrained(roberta_dir, route_topk=0)
+
+
+def test_auto_classes_resolve_in_process(roberta_dir, tmp_path):
+    model = RobertaBridgeForSequenceClassification.from_pretrained(roberta_dir)
+    model.save_pretrained(tmp_path / "saved")
+    assert type(AutoConfig.from_pretrained(tmp_path / "saved")) is RobertaBridgeConfig
+    loaded = AutoModelForSequenceClassification.from_pretrained(tmp_path / "saved")
+    assert type(loaded) is RobertaBridgeForSequenceClassification
+
+
+def test_usage_statistics_after_a_forward(roberta_dir):
+    model = RobertaBridgeForSequenceClassification.from_pretrained(roberta_dir, route_topk=2).eval()
+    with torch.no_grad():
+        model(**pair_batch("roberta"))
+    stats = model.mechanism_stats(split="eval")
+    for j in model.config.bridge_target_layers:
+        assert stats[f"bridge/L{j}/alpha_attn"] == pytest.approx(0.15)
+        assert stats[f"bridge/L{j}/alpha_hdim"] == pytest.approx(0.05)
+        assert stats[f"bridge/L{j}/qkv_norm"] > 0 and stats[f"bridge/L{j}/hdim_norm"] > 0
+        assert stats[f"bridge/L{j}/inject_norm"] == 0.0  # identity init: nothing injected yet
+        hist = [stats[f"bridge/L{j}/source_{i}"] for i in range(j)]
+        assert sum(hist) == pytest.approx(min(2, j))  # each example picks min(k, j) distinct sources
+    assert model.mechanism_stats(split="eval") == {}  # reading resets
+
+
+def test_stats_callback_puts_bridge_usage_into_trainer_logs(roberta_dir, tmp_path):
+    torch.manual_seed(0)
+    model = RobertaBridgeForSequenceClassification.from_pretrained(roberta_dir, identity_init=False)
+    batch = pair_batch("roberta")
+    batch["labels"] = labels_for(batch)
+    rows = [{k: v[i] for k, v in batch.items()} for i in range(3)]
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "out"), per_device_train_batch_size=3, max_steps=2, logging_steps=1,
+        eval_strategy="steps", eval_steps=2, report_to="none", save_strategy="no", use_cpu=True,
+    )
+    trainer = Trainer(model=model, args=args, train_dataset=rows, eval_dataset=rows)
+    MechanismStatsCallback.attach(trainer)
+    trainer.train()
+    train_logs = [r for r in trainer.state.log_history if "loss" in r]
+    eval_logs = [r for r in trainer.state.log_history if "eval_loss" in r]
+    assert train_logs and all("bridge/L3/alpha_attn" in r for r in train_logs)
+    assert eval_logs and "eval_bridge/L3/source_0" in eval_logs[0]
+    assert not any(k.startswith("bridge/") for k in eval_logs[0])
+
+
+def test_early_stop_rule(roberta_dir, tmp_path):
+    from transformers import TrainerControl, TrainerState
+
+    callback = EarlyStopBelowCallback(threshold=0.70)
+    state, control = TrainerState(), TrainerControl()
+    state.epoch = 1.0
+    callback.on_evaluate(None, state, control, metrics={"eval_accuracy": 0.69})
+    assert control.should_training_stop
+    control = TrainerControl()
+    callback2 = EarlyStopBelowCallback(threshold=0.70)
+    callback2.on_evaluate(None, state, control, metrics={"eval_accuracy": 0.71})
+    state.epoch = 2.0
+    callback2.on_evaluate(None, state, control, metrics={"eval_accuracy": 0.10})
+    assert not control.should_training_stop
+
+
+def test_loss_adds_entropy_regulariser_and_label_smoothing(roberta_dir):
+    torch.manual_seed(0)
+    model = RobertaBridgeForSequenceClassification.from_pretrained(
+        roberta_dir, identity_init=False, hdim_entropy_reg=0.5
+    ).eval()
+    batch = pair_batch("roberta")
+    labels = labels_for(batch)
+    out = model(**batch, labels=labels)
+    assert out.bridge_aux_loss > 0
+    torch.testing.assert_close(out.loss, out.task_loss + out.bridge_aux_loss)
+    torch.testing.assert_close(out.task_loss, torch.nn.functional.cross_entropy(out.logits, labels))
+    model.label_smoothing = 0.05
+    smoothed = model(**batch, labels=labels)
+    torch.testing.assert_close(
+        smoothed.task_loss, torch.nn.functional.cross_entropy(out.logits, labels, label_smoothing=0.05)
+    )
+
+
+def test_seed_head(roberta_dir):
+    model, info = RobertaBridgeForSequenceClassification.from_pretrained(
+        roberta_dir, identity_init=False, classifier_head="seed", output_loading_info=True
+    )
+    assert {"classifier.norm.weight", "classifier.fc1.weight", "classifier.fc2.weight"} <= set(info["missing_keys"])
+    assert model(**pair_batch("roberta")).logits.shape == (3, TINY["num_labels"])
