@@ -114,9 +114,9 @@ class HDIMMessage(nn.Module):
     """HDIM message (seed section 3) for one target layer, vectorised over examples and routed sources.
 
     Pair features phi_st = [z_s, z_t, z_s * z_t, |z_s - z_t|] are never concatenated in full: the first linear
-    layer of the 4-term scorer is split into its per-token part (computed once per token) and its pairwise part,
-    and target tokens are scored `hdim_chunk_size` at a time, recomputed in backward, so peak memory is bounded by
-    the chunk and the results equal the unchunked computation.
+    layer of the 4-term scorer is split into its per-token part (computed once per token) and its pairwise part.
+    Target tokens are scored `hdim_chunk_size` at a time and, with `hdim_recompute`, recomputed in backward, so
+    only the B x S x T logits are kept; peak memory is bounded by the chunk and results equal the plain computation.
     """
 
     def __init__(self, config):
@@ -143,6 +143,7 @@ class HDIMMessage(nn.Module):
         )
         self.value_residual = float(config.hdim_value_residual)
         self.chunk_size = config.hdim_chunk_size
+        self.recompute = config.hdim_recompute
 
     def project(self, hidden: torch.Tensor, source: bool) -> torch.Tensor:
         proj = self.proj_src if (source and self.proj_src is not None) else self.proj_tgt
@@ -157,8 +158,11 @@ class HDIMMessage(nn.Module):
         pair = torch.cat(
             [z_tgt.unsqueeze(2) * z_src.unsqueeze(1), (z_tgt.unsqueeze(2) - z_src.unsqueeze(1)).abs()], dim=-1
         )
-        hidden = F.linear(pair, torch.cat([w_prod, w_diff], dim=1)) + per_tgt.unsqueeze(2) + per_src.unsqueeze(1)
-        return F.linear(hidden.relu(), last.weight, last.bias).squeeze(-1)
+        # in place: the pairwise activations are the largest tensors of the bridge (B x S x T x hidden)
+        hidden = F.linear(pair, torch.cat([w_prod, w_diff], dim=1))
+        hidden += per_tgt.unsqueeze(2)
+        hidden += per_src.unsqueeze(1)
+        return F.linear(hidden.relu_(), last.weight, last.bias).squeeze(-1)
 
     def alignment_logits(self, z_tgt: torch.Tensor, z_src: torch.Tensor) -> torch.Tensor:
         """(N, S, D), (N, T, D) -> (N, S, T) logits a_st."""
@@ -166,16 +170,14 @@ class HDIMMessage(nn.Module):
             logits = z_tgt @ self.scorer.weight @ z_src.transpose(1, 2)
         elif self.scorer_kind == "cosine":
             logits = 10.0 * F.normalize(z_tgt, dim=-1) @ F.normalize(z_src, dim=-1).transpose(1, 2)
-        elif z_tgt.shape[1] <= self.chunk_size:
-            logits = self._score_4term(z_tgt, z_src)
         else:
-            chunks = []
-            for part in z_tgt.split(self.chunk_size, dim=1):
-                if torch.is_grad_enabled():
-                    chunks.append(checkpoint(self._score_4term, part, z_src, use_reentrant=False))
-                else:
-                    chunks.append(self._score_4term(part, z_src))
-            logits = torch.cat(chunks, dim=1)
+            recompute = self.recompute and torch.is_grad_enabled()
+            chunks = [
+                checkpoint(self._score_4term, part, z_src, use_reentrant=False) if recompute
+                else self._score_4term(part, z_src)
+                for part in z_tgt.split(self.chunk_size, dim=1)
+            ]
+            logits = chunks[0] if len(chunks) == 1 else torch.cat(chunks, dim=1)
         if self.token_temp is not None:
             logits = logits / F.softplus(self.token_temp)
         return logits
@@ -405,7 +407,6 @@ class BridgeEncoder(nn.Module):
         outputs, summaries = [], []
         all_hidden = (hidden_states,) if output_hidden_states else None
         aux_loss = hidden_states.new_zeros(())
-        batch_index = torch.arange(hidden_states.shape[0], device=hidden_states.device).unsqueeze(-1)
         stacked_kv = None
         for layer in self.layer:
             if layer.bridge is None:
@@ -413,12 +414,16 @@ class BridgeEncoder(nn.Module):
             else:
                 target = pool_tokens(hidden_states, token_mask, self.pool_mode)
                 route_index, route_weight = self.bridge_router(target, torch.stack(summaries, dim=1))
-                sources = torch.stack(outputs, dim=1)[batch_index, route_index]
+                # index_select keeps only indices for backward (an index_add), not a copy of every earlier layer
+                count = len(outputs)
+                flat_index = (route_index + count * torch.arange(len(route_index), device=route_index.device)[:, None])
+                sources = torch.stack(outputs, dim=1).flatten(0, 1).index_select(0, flat_index.flatten())
+                sources = sources.view(*route_index.shape, *hidden_states.shape[1:])
                 source_kv = None
                 if self.source_kv:
                     if stacked_kv is None:
                         stacked_kv = self._stacked_kv(len(self.layer))
-                    source_kv = tuple(t[route_index].flatten(0, 1) for t in stacked_kv)
+                    source_kv = tuple(t.index_select(0, route_index.flatten()) for t in stacked_kv)
                 hidden_states, aux = layer(
                     hidden_states,
                     attention_mask,

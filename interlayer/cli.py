@@ -1,0 +1,111 @@
+"""`interlayer` command line: `convert` a stock checkpoint, `list` the zoo, run the `demo`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from huggingface_hub.errors import StrictDataclassError
+
+
+def parse_option(text: str) -> tuple[str, object]:
+    """`key=value` with a JSON value (`route_topk=2`, `identity_init=false`, `route_pool="cls"`), or a bare string."""
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"--set takes key=value, got {text!r}")
+    key, raw = text.split("=", 1)
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    return key.strip(), value
+
+
+def cmd_convert(args) -> int:
+    from .zoo import convert, save_atomically
+
+    options = dict(args.set or [])
+    if args.num_labels is not None:
+        options["num_labels"] = args.num_labels
+    model, report = convert(args.source, mechanism=args.mechanism, task=args.task, preset=args.preset, **options)
+    saved = save_atomically(model, args.output, tokenizer_source=args.source, overwrite=args.overwrite)
+    p = report.parameters
+    print(f"converted {args.source} -> {saved}")
+    print(f"  class: {type(model).__name__} (task {report.entry.task})")
+    print(f"  stock weights: all loaded; unused checkpoint weights: {len(report.unexpected_keys)}")
+    print(f"  new mechanism tensors: {len(report.new_mechanism_keys)}; new head tensors: {len(report.new_head_keys)}")
+    print(f"  parameters: total {p['total']:,}, trainable {p['trainable']:,}, mechanism {p['mechanism']:,} "
+          f"({p['mechanism_percent']:.2f}%)")
+    return 0
+
+
+def cmd_list(args) -> int:
+    from .zoo import ZOO
+
+    print(f"{'mechanism':<12}{'stock model_type':<18}{'task':<26}class")
+    for e in ZOO:
+        print(f"{e.mechanism:<12}{e.stock_model_type:<18}{e.task:<26}{e.model_class.__name__}")
+    presets = sorted({name for e in ZOO for name in e.config_class.presets})
+    print(f"\nbridge presets: {', '.join(presets)}")
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from .demo import run_demo
+
+    run_demo(
+        output_dir=args.output,
+        preset=args.preset,
+        train_size=args.train_size,
+        eval_size=args.eval_size,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+    )
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .demo import DEFAULTS
+    from .zoo import MECHANISMS, TASKS
+
+    parser = argparse.ArgumentParser(prog="interlayer", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    convert = sub.add_parser("convert", help="stock checkpoint in, zoo model folder out (weights, config, code, card)")
+    convert.add_argument("source", help="stock checkpoint: a local folder or a Hub id")
+    convert.add_argument("output", help="folder to write; refused if it exists and is not empty, unless --overwrite")
+    convert.add_argument("--mechanism", required=True, choices=MECHANISMS)
+    convert.add_argument("--task", choices=TASKS, help="default: sequence-classification for a classifier "
+                         "checkpoint, base otherwise")
+    convert.add_argument("--preset", help="a named preset of the mechanism (see `interlayer list`)")
+    convert.add_argument("--set", type=parse_option, action="append", metavar="KEY=VALUE",
+                         help="a config option, JSON value; repeatable")
+    convert.add_argument("--num-labels", type=int)
+    convert.add_argument("--overwrite", action="store_true")
+    convert.set_defaults(func=cmd_convert)
+
+    lister = sub.add_parser("list", help="what the zoo converts")
+    lister.set_defaults(func=cmd_list)
+
+    demo = sub.add_parser("demo", help="MiniLM-L6 -> bridged classifier, fine-tuned on BBC News, offline")
+    demo.add_argument("--output", default="outputs/demo-bridge")
+    demo.add_argument("--preset", default=DEFAULTS["preset"])
+    demo.add_argument("--train-size", type=int, default=DEFAULTS["train_size"])
+    demo.add_argument("--eval-size", type=int, default=DEFAULTS["eval_size"])
+    demo.add_argument("--epochs", type=float, default=DEFAULTS["epochs"])
+    demo.add_argument("--batch-size", type=int, default=DEFAULTS["batch_size"])
+    demo.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ValueError, FileExistsError, ImportError, StrictDataclassError) as err:
+        print(f"interlayer {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
