@@ -31,18 +31,11 @@ CONFIGS = {
 }
 
 
-def peak_rss_bytes() -> int:
+def proc_status_bytes(key: str) -> int:
+    """A memory figure of this process from /proc/self/status (`VmHWM` peak, `VmRSS` current)."""
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
-def current_rss_bytes() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(key + ":"):
                 return int(line.split()[1]) * 1024
     return 0
 
@@ -75,8 +68,15 @@ def worker(name: str, seq: int, batch: int, chunk: int, steps: int, train: bool,
     else:
         from interlayer import BertBridgeConfig
 
-        bridge_config = BertBridgeConfig(**{**config.to_dict(), **CONFIGS[name], "hdim_chunk_size": chunk,
-                                            "hdim_recompute": recompute, "identity_init": False})
+        bridge_config = BertBridgeConfig(
+            **{
+                **config.to_dict(),
+                **CONFIGS[name],
+                "hdim_chunk_size": chunk,
+                "hdim_recompute": recompute,
+                "identity_init": False,
+            }
+        )
         model = BertBridgeForSequenceClassification(bridge_config)
     ids = torch.randint(1000, 20000, (batch, seq))
     inputs = dict(input_ids=ids, attention_mask=torch.ones_like(ids), labels=torch.randint(0, 2, (batch,)))
@@ -104,7 +104,7 @@ def worker(name: str, seq: int, batch: int, chunk: int, steps: int, train: bool,
             loss = model(**inputs).loss
         loss.backward()
         optimizer.zero_grad(set_to_none=True)
-    base = current_rss_bytes()
+    base = proc_status_bytes("VmRSS")
     reset_peak_rss()
     times = []
     for _ in range(steps):
@@ -114,7 +114,7 @@ def worker(name: str, seq: int, batch: int, chunk: int, steps: int, train: bool,
     return {
         "step_s": statistics.median(times),
         "activation_mb": sum(saved.values()) / 2**20,
-        "peak_rss_mb": max(0, peak_rss_bytes() - base) / 2**20,
+        "peak_rss_mb": max(0, proc_status_bytes("VmHWM") - base) / 2**20,
     }
 
 
@@ -122,8 +122,24 @@ def run(name, seq, batch, chunk, steps, train, recompute=True) -> dict:
     """Time (and count saved activations) in one process with the default allocator; measure peak resident memory
     in another where large blocks come straight from mmap, so freed tensors leave the process and RSS tracks live
     tensors (that allocator is slower, so it is not timed)."""
-    cmd = [sys.executable, __file__, "--worker", name, "--seq", str(seq), "--batch", str(batch), "--chunk", str(chunk),
-           "--steps", str(steps)] + ([] if train else ["--eval"]) + ([] if recompute else ["--no-recompute"])
+    cmd = (
+        [
+            sys.executable,
+            __file__,
+            "--worker",
+            name,
+            "--seq",
+            str(seq),
+            "--batch",
+            str(batch),
+            "--chunk",
+            str(chunk),
+            "--steps",
+            str(steps),
+        ]
+        + ([] if train else ["--eval"])
+        + ([] if recompute else ["--no-recompute"])
+    )
     results = []
     for extra in ({}, {"MALLOC_MMAP_THRESHOLD_": "65536"}):
         out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "2", **extra})
@@ -145,8 +161,11 @@ def main():
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.worker, args.seq, args.batch, args.chunk, args.steps, not args.eval,
-                                not args.no_recompute)))
+        print(
+            json.dumps(
+                worker(args.worker, args.seq, args.batch, args.chunk, args.steps, not args.eval, not args.no_recompute)
+            )
+        )
         return
     steps = 3 if args.quick else args.steps
 
@@ -156,9 +175,11 @@ def main():
     stock = run("stock", 128, 8, 32, steps, True)
     for name in CONFIGS:
         r = stock if name == "stock" else run(name, 128, 8, 32, steps, True)
-        print(f"| {name} | {r['step_s']:.3f} | {r['step_s'] / stock['step_s']:.2f}x | {r['activation_mb']:.0f} | "
-              f"{r['activation_mb'] / stock['activation_mb']:.2f}x | {r['peak_rss_mb']:.0f} | "
-              f"{r['peak_rss_mb'] / max(stock['peak_rss_mb'], 1):.2f}x |")
+        print(
+            f"| {name} | {r['step_s']:.3f} | {r['step_s'] / stock['step_s']:.2f}x | {r['activation_mb']:.0f} | "
+            f"{r['activation_mb'] / stock['activation_mb']:.2f}x | {r['peak_rss_mb']:.0f} | "
+            f"{r['peak_rss_mb'] / max(stock['peak_rss_mb'], 1):.2f}x |"
+        )
 
     print("\n## HDIM-only cost by sequence length: chunking and recomputation (batch 4)\n")
     print("| seq | pass | chunk | recompute | step (s) | step ratio | activations (MB) | peak RSS (MB) | RSS ratio |")
@@ -166,17 +187,22 @@ def main():
     for seq in (128, 512):
         for train in (True, False):
             base = run("stock", seq, 4, 128, max(2, steps - 2), train)
-            print(f"| {seq} | {'train' if train else 'forward'} | stock | - | {base['step_s']:.2f} | 1.00x | "
-                  f"{base['activation_mb']:.0f} | {base['peak_rss_mb']:.0f} | 1.00x |")
+            print(
+                f"| {seq} | {'train' if train else 'forward'} | stock | - | {base['step_s']:.2f} | 1.00x | "
+                f"{base['activation_mb']:.0f} | {base['peak_rss_mb']:.0f} | 1.00x |"
+            )
             variants = [(10**6, False), (10**6, True), (128, True), (32, True)]
             if not train:
                 variants = [(10**6, False), (128, False), (32, False)]
             for chunk, recompute in variants:
                 r = run("hdim", seq, 4, chunk, max(2, steps - 2), train, recompute)
                 label = "none" if chunk == 10**6 else str(chunk)
-                print(f"| {seq} | {'train' if train else 'forward'} | {label} | {'yes' if recompute else 'no'} | "
-                      f"{r['step_s']:.2f} | {r['step_s'] / base['step_s']:.2f}x | {r['activation_mb']:.0f} | "
-                      f"{r['peak_rss_mb']:.0f} | {r['peak_rss_mb'] / max(base['peak_rss_mb'], 1):.2f}x |")
+                print(
+                    f"| {seq} | {'train' if train else 'forward'} | {label} | {'yes' if recompute else 'no'} | "
+                    f"{r['step_s']:.2f} | {r['step_s'] / base['step_s']:.2f}x | {r['activation_mb']:.0f} | "
+                    f"{r['peak_rss_mb']:.0f} | {r['peak_rss_mb'] / max(base['peak_rss_mb'], 1):.2f}x |"
+                )
+
 
 if __name__ == "__main__":
     main()

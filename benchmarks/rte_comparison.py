@@ -43,11 +43,26 @@ def main():
             if not summary_file.exists():
                 start = time.perf_counter()
                 cmd = [
-                    sys.executable, str(ROOT / "examples" / "run_classification.py"),
-                    "--model_name_or_path", minilm_path(), "--preset", preset, "--seed", str(seed),
-                    "--train_file", args.train_file, "--validation_split_percentage", "10",
-                    "--num_train_epochs", str(args.epochs), "--output_dir", str(out), "--disable_tqdm", "true",
-                    "--logging_steps", "100",
+                    sys.executable,
+                    str(ROOT / "examples" / "run_classification.py"),
+                    "--model_name_or_path",
+                    minilm_path(),
+                    "--preset",
+                    preset,
+                    "--seed",
+                    str(seed),
+                    "--train_file",
+                    args.train_file,
+                    "--validation_split_percentage",
+                    "10",
+                    "--num_train_epochs",
+                    str(args.epochs),
+                    "--output_dir",
+                    str(out),
+                    "--disable_tqdm",
+                    "true",
+                    "--logging_steps",
+                    "100",
                 ]
                 subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 summary = json.loads(summary_file.read_text())
@@ -55,23 +70,29 @@ def main():
                 summary_file.write_text(json.dumps(summary, indent=2))
             results.setdefault(preset, []).append(json.loads(summary_file.read_text()))
             r = results[preset][-1]
-            print(f"{preset} seed {seed}: final {r['final_eval_accuracy']:.4f} best {r['best_eval_accuracy']:.4f} "
-                  f"({r.get('minutes', 0):.1f} min)", flush=True)
+            print(
+                f"{preset} seed {seed}: final {r['final_eval_accuracy']:.4f} best {r['best_eval_accuracy']:.4f} "
+                f"({r.get('minutes', 0):.1f} min)",
+                flush=True,
+            )
 
     def fmt(values):
         mean = statistics.mean(values)
         spread = statistics.stdev(values) if len(values) > 1 else 0.0
         return f"{mean:.4f} ± {spread:.4f}"
 
-    print(f"\n| model | seeds | final accuracy (mean ± sd) | best-epoch accuracy (mean ± sd) | per-seed final | minutes per run |")
+    header = ["model", "seeds", "final accuracy (mean ± sd)", "best-epoch accuracy (mean ± sd)", "per-seed final"]
+    print("\n| " + " | ".join(header + ["minutes per run"]) + " |")
     print("| --- | ---: | ---: | ---: | --- | ---: |")
     for preset, runs in results.items():
         finals = [r["final_eval_accuracy"] for r in runs]
         bests = [r["best_eval_accuracy"] for r in runs]
         minutes = statistics.mean(r.get("minutes", 0) for r in runs)
         name = "stock MiniLM-L6" if preset == "stock" else f"MiniLM-L6 + {preset}"
-        print(f"| {name} | {len(runs)} | {fmt(finals)} | {fmt(bests)} | {', '.join(f'{v:.3f}' for v in finals)} "
-              f"| {minutes:.1f} |")
+        print(
+            f"| {name} | {len(runs)} | {fmt(finals)} | {fmt(bests)} | {', '.join(f'{v:.3f}' for v in finals)} "
+            f"| {minutes:.1f} |"
+        )
 
 
 if __name__ == "__main__":

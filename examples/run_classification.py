@@ -25,16 +25,14 @@ from datasets import ClassLabel, load_dataset
 from transformers import (
     AutoModelForSequenceClassification,
     AutoTokenizer,
-    DataCollatorWithPadding,
     HfArgumentParser,
-    Trainer,
     TrainingArguments,
     set_seed,
 )
 
-from interlayer.callbacks import EarlyStopBelowCallback, MechanismStatsCallback
+from interlayer.callbacks import EarlyStopBelowCallback
 from interlayer.cli import parse_option
-from interlayer.training import classification_metrics, seed_optimizer
+from interlayer.training import classification_trainer
 from interlayer.zoo import convert
 
 logger = logging.getLogger(__name__)
@@ -98,9 +96,18 @@ def text_columns(columns: list[str]) -> tuple[str, str | None]:
 def main():
     parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
     defaults = dict(
-        learning_rate=1.5e-5, weight_decay=0.01, warmup_steps=0.1, lr_scheduler_type="linear",
-        per_device_train_batch_size=8, per_device_eval_batch_size=32, num_train_epochs=3, max_grad_norm=1.0,
-        eval_strategy="epoch", save_strategy="no", logging_steps=50, report_to="none",
+        learning_rate=1.5e-5,
+        weight_decay=0.01,
+        warmup_steps=0.1,
+        lr_scheduler_type="linear",
+        per_device_train_batch_size=8,
+        per_device_eval_batch_size=32,
+        num_train_epochs=3,
+        max_grad_norm=1.0,
+        eval_strategy="epoch",
+        save_strategy="no",
+        logging_steps=50,
+        report_to="none",
         fp16=torch.cuda.is_available() and not torch.cuda.is_bf16_supported(),
         bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported(),
     )
@@ -127,8 +134,12 @@ def main():
     else:
         options = dict(parse_option(o) for o in model_args.bridge)
         model, _ = convert(
-            model_args.model_name_or_path, "bridge", task="sequence-classification", preset=model_args.preset,
-            **labels, **options,
+            model_args.model_name_or_path,
+            "bridge",
+            task="sequence-classification",
+            preset=model_args.preset,
+            **labels,
+            **options,
         )
         model.label_smoothing = model_args.label_smoothing
     if model_args.preset == "stock":
@@ -142,23 +153,16 @@ def main():
 
     keep = {"label"}
     train = train.map(tokenize, batched=True, remove_columns=[c for c in train.column_names if c not in keep])
-    evaluation = evaluation.map(tokenize, batched=True, remove_columns=[c for c in evaluation.column_names if c not in keep])
+    evaluation = evaluation.map(
+        tokenize, batched=True, remove_columns=[c for c in evaluation.column_names if c not in keep]
+    )
 
     callbacks = []
     if model_args.early_stop_below is not None:
         callbacks.append(EarlyStopBelowCallback(model_args.early_stop_below))
-    trainer = Trainer(
-        model=model,
-        args=training_args,
-        train_dataset=train,
-        eval_dataset=evaluation,
-        data_collator=DataCollatorWithPadding(tokenizer),
-        compute_metrics=classification_metrics,
-        optimizers=(seed_optimizer(model, training_args.learning_rate, model_args.head_learning_rate,
-                                   training_args.weight_decay), None),
-        callbacks=callbacks,
+    trainer = classification_trainer(
+        model, training_args, train, evaluation, tokenizer, model_args.head_learning_rate, callbacks
     )
-    MechanismStatsCallback.attach(trainer)
     trainer.train()
     evals = [row for row in trainer.state.log_history if "eval_accuracy" in row]
     best = max(evals, key=lambda r: r["eval_accuracy"]) if evals else {}

@@ -4,7 +4,7 @@ Importing the package registers every config and model with the Auto classes, so
 `AutoModel...` resolve them in-process without `trust_remote_code`.
 """
 
-from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification
+from transformers import AutoConfig
 
 from .models.configuration_bridge import BRIDGE_PRESETS, BertBridgeConfig, RobertaBridgeConfig, bridge_preset
 from .models.modeling_bridge import (

@@ -34,8 +34,10 @@ def cmd_convert(args) -> int:
     print(f"  class: {type(model).__name__} (task {report.entry.task})")
     print(f"  stock weights: all loaded; unused checkpoint weights: {len(report.unexpected_keys)}")
     print(f"  new mechanism tensors: {len(report.new_mechanism_keys)}; new head tensors: {len(report.new_head_keys)}")
-    print(f"  parameters: total {p['total']:,}, trainable {p['trainable']:,}, mechanism {p['mechanism']:,} "
-          f"({p['mechanism_percent']:.2f}%)")
+    print(
+        f"  parameters: total {p['total']:,}, trainable {p['trainable']:,}, mechanism {p['mechanism']:,} "
+        f"({p['mechanism_percent']:.2f}%)"
+    )
     return 0
 
 
@@ -75,11 +77,13 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("source", help="stock checkpoint: a local folder or a Hub id")
     convert.add_argument("output", help="folder to write; refused if it exists and is not empty, unless --overwrite")
     convert.add_argument("--mechanism", required=True, choices=MECHANISMS)
-    convert.add_argument("--task", choices=TASKS, help="default: sequence-classification for a classifier "
-                         "checkpoint, base otherwise")
+    convert.add_argument(
+        "--task", choices=TASKS, help="default: sequence-classification for a classifier checkpoint, base otherwise"
+    )
     convert.add_argument("--preset", help="a named preset of the mechanism (see `interlayer list`)")
-    convert.add_argument("--set", type=parse_option, action="append", metavar="KEY=VALUE",
-                         help="a config option, JSON value; repeatable")
+    convert.add_argument(
+        "--set", type=parse_option, action="append", metavar="KEY=VALUE", help="a config option, JSON value; repeatable"
+    )
     convert.add_argument("--num-labels", type=int)
     convert.add_argument("--overwrite", action="store_true")
     convert.set_defaults(func=cmd_convert)

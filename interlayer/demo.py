@@ -22,10 +22,9 @@ def run_demo(
     encoder_lr: float = 5e-5,
     head_lr: float = 1e-3,
 ) -> dict:
-    from transformers import AutoTokenizer, DataCollatorWithPadding, Trainer, TrainingArguments, set_seed
+    from transformers import AutoTokenizer, TrainingArguments, set_seed
 
-    from .callbacks import MechanismStatsCallback
-    from .training import classification_metrics, load_bbc_news, minilm_path, seed_optimizer
+    from .training import classification_trainer, load_bbc_news, minilm_path
     from .zoo import convert, save_atomically
 
     set_seed(seed)
@@ -59,6 +58,8 @@ def run_demo(
         per_device_train_batch_size=batch_size,
         per_device_eval_batch_size=batch_size * 2,
         num_train_epochs=epochs,
+        learning_rate=encoder_lr,
+        weight_decay=0.01,
         warmup_steps=0.1,
         lr_scheduler_type="linear",
         max_grad_norm=1.0,
@@ -69,16 +70,7 @@ def run_demo(
         seed=seed,
         dataloader_pin_memory=False,
     )
-    trainer = Trainer(
-        model=model,
-        args=args,
-        train_dataset=train,
-        eval_dataset=evaluation,
-        data_collator=DataCollatorWithPadding(tokenizer),
-        compute_metrics=classification_metrics,
-        optimizers=(seed_optimizer(model, encoder_lr=encoder_lr, head_lr=head_lr), None),
-    )
-    MechanismStatsCallback.attach(trainer)
+    trainer = classification_trainer(model, args, train, evaluation, tokenizer, head_lr=head_lr)
     print(f"[3/4] fine-tuning with the stock Trainer: {epochs} epochs, batch {batch_size}, max length {max_length}")
     start = time.perf_counter()
     trainer.train()

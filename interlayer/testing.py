@@ -98,7 +98,9 @@ class ConformanceSuite:
         model = self._zoo(folder, identity_init=True)
         batch = self.case.make_batch()
         with torch.no_grad():
-            torch.testing.assert_close(_output(model, batch, self.case.output_name), _output(stock, batch, self.case.output_name))
+            torch.testing.assert_close(
+                _output(model, batch, self.case.output_name), _output(stock, batch, self.case.output_name)
+            )
             unpadded = {k: v for k, v in batch.items() if k != "attention_mask"}
             torch.testing.assert_close(
                 _output(model, unpadded, self.case.output_name), _output(stock, unpadded, self.case.output_name)

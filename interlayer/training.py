@@ -32,6 +32,28 @@ def seed_optimizer(model, encoder_lr: float = 1.5e-5, head_lr: float = 3e-4, wei
     return torch.optim.AdamW(seed_param_groups(model, encoder_lr, head_lr, weight_decay))
 
 
+def classification_trainer(model, args, train, evaluation, tokenizer, head_lr: float, callbacks=()):
+    """The stock `Trainer` set up as the seed trains classifiers: the seed's optimiser groups (encoder at
+    `args.learning_rate`, mechanism and head at `head_lr`), dynamic padding, local accuracy/F1, and the
+    mechanism's statistics in every log."""
+    from transformers import DataCollatorWithPadding, Trainer
+
+    from .callbacks import MechanismStatsCallback
+
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=train,
+        eval_dataset=evaluation,
+        data_collator=DataCollatorWithPadding(tokenizer),
+        compute_metrics=classification_metrics,
+        optimizers=(seed_optimizer(model, args.learning_rate, head_lr, args.weight_decay), None),
+        callbacks=list(callbacks),
+    )
+    MechanismStatsCallback.attach(trainer)
+    return trainer
+
+
 def classification_metrics(eval_pred) -> dict[str, float]:
     """Accuracy and macro-F1 (binary F1 of class 1 for two classes), computed locally with numpy."""
     logits, labels = eval_pred

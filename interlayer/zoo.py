@@ -10,13 +10,13 @@ from dataclasses import dataclass
 from transformers import AutoModel, AutoModelForSequenceClassification, PretrainedConfig
 
 from .models.configuration_bridge import BertBridgeConfig, RobertaBridgeConfig
-from .models.zoo_common import check_choice
 from .models.modeling_bridge import (
     BertBridgeForSequenceClassification,
     BertBridgeModel,
     RobertaBridgeForSequenceClassification,
     RobertaBridgeModel,
 )
+from .models.zoo_common import check_choice
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,14 @@
 """Tiny stock RoBERTa / BERT checkpoints and paired-sentence batches for the bridge tests."""
 
 import torch
-from transformers import BertConfig, BertForSequenceClassification, GPT2Config, GPT2LMHeadModel
-from transformers import RobertaConfig, RobertaForSequenceClassification
+from transformers import (
+    BertConfig,
+    BertForSequenceClassification,
+    GPT2Config,
+    GPT2LMHeadModel,
+    RobertaConfig,
+    RobertaForSequenceClassification,
+)
 
 TINY = dict(
     vocab_size=128,

@@ -65,8 +65,13 @@ def test_hdim_chunking_gives_identical_outputs_and_gradients(roberta_dir):
     for chunk in (512, 7):
         torch.manual_seed(0)
         model = RobertaBridgeForSequenceClassification.from_pretrained(
-            roberta_dir, identity_init=False, bridge_mode="hdim", hdim_chunk_size=chunk, bridge_dropout=0.0,
-            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+            roberta_dir,
+            identity_init=False,
+            bridge_mode="hdim",
+            hdim_chunk_size=chunk,
+            bridge_dropout=0.0,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
         ).train()
         out = model(**batch, labels=labels)
         out.loss.backward()
@@ -192,8 +197,15 @@ def test_stats_callback_puts_bridge_usage_into_trainer_logs(roberta_dir, tmp_pat
     batch["labels"] = labels_for(batch)
     rows = [{k: v[i] for k, v in batch.items()} for i in range(3)]
     args = TrainingArguments(
-        output_dir=str(tmp_path / "out"), per_device_train_batch_size=3, max_steps=2, logging_steps=1,
-        eval_strategy="steps", eval_steps=2, report_to="none", save_strategy="no", use_cpu=True,
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=3,
+        max_steps=2,
+        logging_steps=1,
+        eval_strategy="steps",
+        eval_steps=2,
+        report_to="none",
+        save_strategy="no",
+        use_cpu=True,
     )
     trainer = Trainer(model=model, args=args, train_dataset=rows, eval_dataset=rows)
     MechanismStatsCallback.attach(trainer)

@@ -19,7 +19,9 @@ def ref_pool(h, valid, mode):
 
 
 def ref_segments(ids, types, config):
-    if config.hdim_segments == "token_type_ids" or (config.hdim_segments == "auto" and types is not None and types.any()):
+    if config.hdim_segments == "token_type_ids" or (
+        config.hdim_segments == "auto" and types is not None and types.any()
+    ):
         return types.tolist()
     seg, seen = [], 0
     for tok in ids.tolist():
@@ -112,10 +114,23 @@ def reference_hidden(model, batch):
                 top = logits.topk(min(config.route_topk, j)).indices.tolist()
                 w = logits[top].softmax(-1)
                 ctx_qkv = sum(
-                    w[n] * ref_qkv(layer.attention.self, base.encoder.layer[i].attention.self, config, h, outs[i], valid, block.value_proj)
+                    w[n]
+                    * ref_qkv(
+                        layer.attention.self,
+                        base.encoder.layer[i].attention.self,
+                        config,
+                        h,
+                        outs[i],
+                        valid,
+                        block.value_proj,
+                    )
                     for n, i in enumerate(top)
                 )
-                msg = sum(w[n] * ref_hdim(block.hdim, config, h, outs[i], allowed) for n, i in enumerate(top)) if block.hdim else 0
+                msg = (
+                    sum(w[n] * ref_hdim(block.hdim, config, h, outs[i], allowed) for n, i in enumerate(top))
+                    if block.hdim
+                    else 0
+                )
                 gate = F.softplus if config.gate_activation == "softplus" else (lambda x: x)
                 paths = []
                 if block.use_qkv:
@@ -136,18 +151,34 @@ def reference_hidden(model, batch):
 CASES = [
     ("roberta", dict(route_topk=2)),
     ("roberta", dict(route_pool="cls", hdim_value_fusion="concat_only", qkv_kv_weights="target", qkv_value_proj=True)),
-    ("roberta", dict(bridge_mode="hdim", hdim_scorer="bilinear", hdim_pair_mask="cross_segment", hdim_value_residual=0.1)),
+    (
+        "roberta",
+        dict(bridge_mode="hdim", hdim_scorer="bilinear", hdim_pair_mask="cross_segment", hdim_value_residual=0.1),
+    ),
     ("bert", dict(hdim_scorer="cosine", gate_activation="softplus", gate_placement="post_norm", hdim_token_temp=0.5)),
-    ("bert", dict(route_topk=3, hdim_value_fusion="concat_diff_hadam", hdim_pair_mask="cross_segment",
-                  hdim_mask_special_tokens=True, hdim_proj_norm=True, hdim_share_proj=True, hdim_chunk_size=3)),
+    (
+        "bert",
+        dict(
+            route_topk=3,
+            hdim_value_fusion="concat_diff_hadam",
+            hdim_pair_mask="cross_segment",
+            hdim_mask_special_tokens=True,
+            hdim_proj_norm=True,
+            hdim_share_proj=True,
+            hdim_chunk_size=3,
+        ),
+    ),
     ("bert", dict(bridge_mode="qkv", route_last_n=2)),
 ]
 
 
 @pytest.mark.parametrize("family,options", CASES)
 def test_bridge_matches_seed_equations(tmp_path, family, options):
-    build, cls = (build_stock_roberta, RobertaBridgeForSequenceClassification) if family == "roberta" else (
-        build_stock_bert, BertBridgeForSequenceClassification)
+    build, cls = (
+        (build_stock_roberta, RobertaBridgeForSequenceClassification)
+        if family == "roberta"
+        else (build_stock_bert, BertBridgeForSequenceClassification)
+    )
     build(str(tmp_path))
     torch.manual_seed(0)
     model = cls.from_pretrained(str(tmp_path), identity_init=False, **options).eval()

@@ -19,16 +19,36 @@ def run_cli(*args):
 def test_convert_writes_a_complete_folder(tmp_path):
     build_stock_roberta(str(tmp_path / "stock"))
     out = tmp_path / "converted"
-    result = run_cli("convert", str(tmp_path / "stock"), str(out), "--mechanism", "bridge", "--preset", "H9",
-                     "--set", "route_topk=2", "--set", "identity_init=true")
+    result = run_cli(
+        "convert",
+        str(tmp_path / "stock"),
+        str(out),
+        "--mechanism",
+        "bridge",
+        "--preset",
+        "H9",
+        "--set",
+        "route_topk=2",
+        "--set",
+        "identity_init=true",
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "stock weights: all loaded" in result.stdout
     files = set(os.listdir(out))
-    assert {"config.json", "model.safetensors", "README.md", "modeling_bridge.py", "configuration_bridge.py",
-            "zoo_common.py"} <= files
+    assert {
+        "config.json",
+        "model.safetensors",
+        "README.md",
+        "modeling_bridge.py",
+        "configuration_bridge.py",
+        "zoo_common.py",
+    } <= files
     config = json.load(open(out / "config.json"))
     assert config["model_type"] == "roberta_bridge" and config["bridge_mode"] == "hdim" and config["route_topk"] == 2
-    assert config["auto_map"]["AutoModelForSequenceClassification"] == "modeling_bridge.RobertaBridgeForSequenceClassification"
+    assert (
+        config["auto_map"]["AutoModelForSequenceClassification"]
+        == "modeling_bridge.RobertaBridgeForSequenceClassification"
+    )
     card = open(out / "README.md").read()
     assert "base_model" not in card.split("---")[1]  # a local folder is not a Hub id
     assert "`bridge_mode` | `'hdim'`" in card

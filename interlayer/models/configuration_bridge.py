@@ -1,6 +1,5 @@
 """Configurations of the cross-layer bridge models (seed 000) for RoBERTa and BERT."""
 
-
 import dataclasses
 from typing import Literal
 

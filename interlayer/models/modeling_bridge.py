@@ -173,7 +173,8 @@ class HDIMMessage(nn.Module):
         else:
             recompute = self.recompute and torch.is_grad_enabled()
             chunks = [
-                checkpoint(self._score_4term, part, z_src, use_reentrant=False) if recompute
+                checkpoint(self._score_4term, part, z_src, use_reentrant=False)
+                if recompute
                 else self._score_4term(part, z_src)
                 for part in z_tgt.split(self.chunk_size, dim=1)
             ]
@@ -273,7 +274,11 @@ class BridgeBlock(nn.Module):
         if self.value_proj is not None:
             value = self.value_proj(value)
         ctx = F.scaled_dot_product_attention(
-            query, key, value, attn_mask=key_mask[:, None, None, :], dropout_p=self.attn_dropout if self.training else 0.0
+            query,
+            key,
+            value,
+            attn_mask=key_mask[:, None, None, :],
+            dropout_p=self.attn_dropout if self.training else 0.0,
         )
         return ctx.transpose(1, 2).reshape(n, seq, width)
 
@@ -311,7 +316,9 @@ class BridgeBlock(nn.Module):
         if not self.post_norm:
             blended = self.norm(blended)
         injection = self.dropout(self.proj(blended))
-        self._record(contributions, injection, token_mask, route_index, route_weight, entropy if self.use_hdim else None)
+        self._record(
+            contributions, injection, token_mask, route_index, route_weight, entropy if self.use_hdim else None
+        )
         return injection, aux
 
     @torch.no_grad()
@@ -416,7 +423,7 @@ class BridgeEncoder(nn.Module):
                 route_index, route_weight = self.bridge_router(target, torch.stack(summaries, dim=1))
                 # index_select keeps only indices for backward (an index_add), not a copy of every earlier layer
                 count = len(outputs)
-                flat_index = (route_index + count * torch.arange(len(route_index), device=route_index.device)[:, None])
+                flat_index = route_index + count * torch.arange(len(route_index), device=route_index.device)[:, None]
                 sources = torch.stack(outputs, dim=1).flatten(0, 1).index_select(0, flat_index.flatten())
                 sources = sources.view(*route_index.shape, *hidden_states.shape[1:])
                 source_kv = None
@@ -555,7 +562,9 @@ class BridgeModelMixin(BridgePreTrainedMixin):
             encoder_hidden_states=None,
             past_key_values=None,
         )
-        allowed_pairs = self._allowed_pairs(input_ids, token_type_ids, token_mask) if self.config.bridge_mode != "qkv" else None
+        allowed_pairs = (
+            self._allowed_pairs(input_ids, token_type_ids, token_mask) if self.config.bridge_mode != "qkv" else None
+        )
         sequence_output, all_hidden, aux_loss = self.encoder(
             embedding_output, extended_mask, token_mask, allowed_pairs, output_hidden_states=output_hidden_states
         )

@@ -5,7 +5,6 @@ This file sits in the same folder as the configuration and modeling files that i
 `save_pretrained` ships it with the remote code (a parent-relative import would break `trust_remote_code`).
 """
 
-
 import dataclasses
 import json
 import os
@@ -213,7 +212,10 @@ def write_model_card(model, save_directory) -> str:
     lines += [f"# {arch} ({model.mechanism_name})", ""]
     lines += [model.mechanism_summary(), ""]
     if base:
-        lines += [f"Converted from the stock checkpoint `{base}` with [interlayer](https://pypi.org/project/interlayer/).", ""]
+        lines += [
+            f"Converted from the stock checkpoint `{base}` with [interlayer](https://pypi.org/project/interlayer/).",
+            "",
+        ]
     report = model.parameter_report()
     lines += [
         "## Parameters",
@@ -231,7 +233,9 @@ def write_model_card(model, save_directory) -> str:
         lines.append(f"| `{name}` | `{value!r}` |")
     if extra.get("metrics"):
         lines += ["", "## Results", "", "| metric | value |", "| --- | --- |"]
-        lines += [f"| {k} | {v:.4f} |" if isinstance(v, float) else f"| {k} | {v} |" for k, v in extra["metrics"].items()]
+        lines += [
+            f"| {k} | {v:.4f} |" if isinstance(v, float) else f"| {k} | {v} |" for k, v in extra["metrics"].items()
+        ]
     if extra.get("notes"):
         lines += ["", str(extra["notes"])]
     lines += [
