@@ -257,3 +257,56 @@ def test_seed_head(roberta_dir):
     )
     assert {"classifier.norm.weight", "classifier.fc1.weight", "classifier.fc2.weight"} <= set(info["missing_keys"])
     assert model(**pair_batch("roberta")).logits.shape == (3, TINY["num_labels"])
+
+
+def test_output_attentions_is_refused(roberta_dir):
+    model = RobertaBridgeForSequenceClassification.from_pretrained(roberta_dir)
+    with pytest.raises(ValueError, match="output_attentions"):
+        model(**pair_batch("roberta"), output_attentions=True)
+
+
+def test_hidden_states_are_returned_per_layer(roberta_dir):
+    from transformers import RobertaForSequenceClassification
+
+    stock = RobertaForSequenceClassification.from_pretrained(roberta_dir).eval()
+    model = RobertaBridgeForSequenceClassification.from_pretrained(roberta_dir).eval()
+    batch = pair_batch("roberta")
+    with torch.no_grad():
+        got = model(**batch, output_hidden_states=True).hidden_states
+        expected = stock(**batch, output_hidden_states=True).hidden_states
+    assert len(got) == len(expected) == TINY["num_hidden_layers"] + 1
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e)
+
+
+def test_gradient_accumulation_matches_a_larger_batch(roberta_dir, tmp_path):
+    """Two accumulated half-batches move the weights as one full batch does (the Trainer scales the loss)."""
+    batch = pair_batch("roberta", lengths=((3, 3), (3, 3), (3, 3), (3, 3)))
+    batch["labels"] = labels_for(batch)
+    rows = [{k: v[i] for k, v in batch.items()} for i in range(4)]
+    weights = []
+    for per_device, accumulation in ((4, 1), (2, 2)):
+        torch.manual_seed(0)
+        model = RobertaBridgeForSequenceClassification.from_pretrained(
+            roberta_dir,
+            identity_init=False,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+            bridge_dropout=0.0,
+        )
+        args = TrainingArguments(
+            output_dir=str(tmp_path / f"acc{accumulation}"),
+            per_device_train_batch_size=per_device,
+            gradient_accumulation_steps=accumulation,
+            max_steps=1,
+            learning_rate=0.1,
+            optim="sgd",
+            lr_scheduler_type="constant",
+            report_to="none",
+            save_strategy="no",
+            use_cpu=True,
+            max_grad_norm=0.0,
+        )
+        Trainer(model=model, args=args, train_dataset=rows).train()
+        weights.append(model.classifier.out_proj.weight.detach().clone())
+    torch.testing.assert_close(weights[1], weights[0])

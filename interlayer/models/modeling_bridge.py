@@ -546,6 +546,11 @@ class BridgeModelMixin(BridgePreTrainedMixin):
     ) -> BridgeModelOutput:
         if (input_ids is None) ^ (inputs_embeds is not None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
+        if kwargs.get("output_attentions") or self.config.output_attentions:
+            raise ValueError(
+                "`output_attentions=True` is not supported by bridged models; read the bridge's usage with "
+                "`model.mechanism_stats()` instead."
+            )
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
         embedding_output = self.embeddings(
@@ -595,6 +600,9 @@ class BridgeForSequenceClassificationMixin(BridgePreTrainedMixin):
     """
 
     pipeline_tag = "text-classification"
+    # the loss is a batch mean that ignores `num_items_in_batch`, so the Trainer must divide it by the number of
+    # gradient-accumulation steps itself (it would not for a model that takes **kwargs without this flag)
+    accepts_loss_kwargs = False
     base_class: type[nn.Module]
     stock_uses_pooler: bool
 
@@ -631,6 +639,7 @@ class BridgeForSequenceClassificationMixin(BridgePreTrainedMixin):
             inputs_embeds=inputs_embeds,
             output_hidden_states=output_hidden_states,
             return_dict=True,
+            **kwargs,
         )
         if self.config.classifier_head == "seed":
             logits = self.classifier(outputs.last_hidden_state)
