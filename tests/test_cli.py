@@ -88,3 +88,13 @@ def test_list(capsys):
     assert main(["list"]) == 0
     text = capsys.readouterr().out
     assert "RobertaBridgeForSequenceClassification" in text and "H9" in text
+
+
+def test_converted_config_records_its_stock_source(tmp_path):
+    from interlayer import RobertaBridgeConfig
+
+    build_stock_roberta(str(tmp_path / "stock"))
+    config = RobertaBridgeConfig.from_pretrained(tmp_path / "stock")
+    assert config.base_model_name_or_path == str(tmp_path / "stock")
+    config.save_pretrained(tmp_path / "saved")
+    assert RobertaBridgeConfig.from_pretrained(tmp_path / "saved").base_model_name_or_path == str(tmp_path / "stock")

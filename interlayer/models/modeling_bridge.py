@@ -481,11 +481,16 @@ class BridgePreTrainedMixin(ZooModelMixin):
     def mechanism_summary(self) -> str:
         c = self.config
         targets = ", ".join(str(j) for j in c.bridge_target_layers)
+        messages = {
+            "hybrid": "QKV cross-attention and HDIM pairwise-MLP messages, blended by per-layer gates",
+            "qkv": "QKV cross-attention messages, scaled by a per-layer gate",
+            "hdim": "HDIM pairwise-MLP messages, scaled by a per-layer gate",
+        }[c.bridge_mode]
         return (
-            "Cross-layer bridges (interlayer, seed 000): a router picks earlier source layers for each of the "
-            f"target layers {targets}; a {c.bridge_mode} bridge (QKV cross-attention and/or HDIM pairwise-MLP "
-            "messages) is blended by per-layer gates, normalised, projected and added to the attention output "
-            "before the FFN. Every stock weight keeps its stock name; the bridge's own parameters contain `bridge`."
+            "Cross-layer bridges (interlayer, seed 000): for each of the target layers "
+            f"{targets}, a router picks {c.route_topk} earlier source layer(s) per example; the sources send "
+            f"{messages}, which are normalised, projected and added to the attention output before the FFN. "
+            "Every stock weight keeps its stock name; the bridge's own parameters contain `bridge`."
         )
 
 

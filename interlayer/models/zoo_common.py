@@ -51,6 +51,9 @@ class ZooConfigFields:
     base_model_name_or_path: str | None = None
 
 
+STOCK_SOURCE = "<stock checkpoint>"  # replaced by the checkpoint's path or id once `from_pretrained` knows it
+
+
 class ZooConfigMixin:
     """Conversion rules for configs: which stock `model_type`s a mechanism accepts, and presets.
 
@@ -74,9 +77,18 @@ class ZooConfigMixin:
         field_names = {f.name for f in dataclasses.fields(cls)}
         options = {k: kwargs.pop(k) for k in list(kwargs) if k in field_names}
         config_dict = {**config_dict, **options, "model_type": cls.model_type}
-        if model_type in cls.stock_model_types and not config_dict.get("base_model_name_or_path"):
-            config_dict["base_model_name_or_path"] = kwargs.get("name_or_path") or config_dict.get("_name_or_path")
+        if model_type in cls.stock_model_types:
+            config_dict["base_model_name_or_path"] = STOCK_SOURCE
         return super().from_dict(config_dict, **kwargs)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, **kwargs):
+        """Also records which stock checkpoint a converted config came from (`base_model_name_or_path`)."""
+        loaded = super().from_pretrained(pretrained_model_name_or_path, **kwargs)
+        config = loaded[0] if isinstance(loaded, tuple) else loaded
+        if config.base_model_name_or_path == STOCK_SOURCE:
+            config.base_model_name_or_path = str(pretrained_model_name_or_path)
+        return loaded
 
     @classmethod
     def from_preset(cls, name: str, **overrides):
@@ -189,7 +201,8 @@ def _yaml_value(value) -> str:
 def write_model_card(model, save_directory) -> str:
     """Write README.md (YAML metadata + what the mechanism is and its settings) into `save_directory`.
 
-    `model.card_data` (a dict, optional) adds `datasets`, `metrics` (name -> value) and free `notes`.
+    `model.card_data` (a dict, optional) adds `datasets`, `metrics` (name -> value), free `notes`, and `base_model`
+    (a Hub id, for a model converted from a local copy of a Hub checkpoint).
     The file is written to a temporary name and renamed, so an interrupted save never leaves half a card.
     """
     config = model.config
@@ -199,7 +212,9 @@ def write_model_card(model, save_directory) -> str:
         "library_name": "transformers",
         "tags": ["interlayer", model.mechanism_name.lower().replace(" ", "-"), "custom_code"],
     }
-    if base and not os.path.isdir(str(base)):
+    if extra.get("base_model"):
+        meta["base_model"] = extra["base_model"]
+    elif base and not os.path.isdir(str(base)):
         meta["base_model"] = str(base)
     if model.pipeline_tag:
         meta["pipeline_tag"] = model.pipeline_tag
