@@ -7,12 +7,14 @@ Importing the package registers every config and model with the Auto classes, so
 from transformers import AutoConfig
 
 from .models.configuration_bridge import BRIDGE_PRESETS, BertBridgeConfig, RobertaBridgeConfig, bridge_preset
+from .models.configuration_gated_gpt2 import GatedGPT2Config
 from .models.modeling_bridge import (
     BertBridgeForSequenceClassification,
     BertBridgeModel,
     RobertaBridgeForSequenceClassification,
     RobertaBridgeModel,
 )
+from .models.modeling_gated_gpt2 import GatedGPT2LMHeadModel, GatedGPT2Model
 from .zoo import ZOO, convert
 
 __version__ = "0.1.0"
@@ -26,6 +28,9 @@ __all__ = [
     "BertBridgeConfig",
     "BertBridgeForSequenceClassification",
     "BertBridgeModel",
+    "GatedGPT2Config",
+    "GatedGPT2LMHeadModel",
+    "GatedGPT2Model",
     "RobertaBridgeConfig",
     "RobertaBridgeForSequenceClassification",
     "RobertaBridgeModel",

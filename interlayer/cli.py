@@ -47,8 +47,10 @@ def cmd_list(args) -> int:
     print(f"{'mechanism':<12}{'stock model_type':<18}{'task':<26}class")
     for e in ZOO:
         print(f"{e.mechanism:<12}{e.stock_model_type:<18}{e.task:<26}{e.model_class.__name__}")
-    presets = sorted({name for e in ZOO for name in e.config_class.presets})
-    print(f"\nbridge presets: {', '.join(presets)}")
+    for mechanism in sorted({e.mechanism for e in ZOO}):
+        presets = sorted({name for e in ZOO if e.mechanism == mechanism for name in e.config_class.presets})
+        if presets:
+            print(f"\n{mechanism} presets: {', '.join(presets)}")
     return 0
 
 

@@ -7,15 +7,17 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 
-from transformers import AutoModel, AutoModelForSequenceClassification, PretrainedConfig
+from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification, PretrainedConfig
 
 from .models.configuration_bridge import BertBridgeConfig, RobertaBridgeConfig
+from .models.configuration_gated_gpt2 import GatedGPT2Config
 from .models.modeling_bridge import (
     BertBridgeForSequenceClassification,
     BertBridgeModel,
     RobertaBridgeForSequenceClassification,
     RobertaBridgeModel,
 )
+from .models.modeling_gated_gpt2 import GatedGPT2LMHeadModel, GatedGPT2Model
 from .models.zoo_common import check_choice
 
 
@@ -48,6 +50,8 @@ ZOO: tuple[ZooEntry, ...] = (
         BertBridgeForSequenceClassification,
         AutoModelForSequenceClassification,
     ),
+    ZooEntry("sentinel", "gpt2", "base", GatedGPT2Config, GatedGPT2Model, AutoModel),
+    ZooEntry("sentinel", "gpt2", "causal-lm", GatedGPT2Config, GatedGPT2LMHeadModel, AutoModelForCausalLM),
 )
 
 TASKS = sorted({e.task for e in ZOO})
@@ -72,8 +76,13 @@ def find_entry(mechanism: str, model_type: str, task: str) -> ZooEntry:
 
 
 def default_task(config_dict: dict) -> str:
+    """The task a stock checkpoint was saved for, from its `architectures`."""
     architectures = config_dict.get("architectures") or []
-    return "sequence-classification" if any(a.endswith("ForSequenceClassification") for a in architectures) else "base"
+    if any(a.endswith("ForSequenceClassification") for a in architectures):
+        return "sequence-classification"
+    if any(a.endswith(("LMHeadModel", "ForCausalLM")) for a in architectures):
+        return "causal-lm"
+    return "base"
 
 
 @dataclass

@@ -1,0 +1,63 @@
+"""Configuration of the sentinel-gated GPT-2 (seed 001)."""
+
+import dataclasses
+
+from huggingface_hub.dataclasses import strict
+from transformers import GPT2Config
+
+from .zoo_common import ZooConfigFields, ZooConfigMixin, check_range
+
+
+@dataclasses.dataclass(kw_only=True)
+class SentinelFields(ZooConfigFields):
+    r"""
+    Sentinel-gate options (seed 001).
+
+    Args:
+        sentinel_gate_init (`float`, defaults to 3.0): initial gate logit of every head (the seed's controller).
+        gate_l1 (`float`, defaults to 1e-4): weight of the L1 pressure `sum(gates)` added to the loss when labels
+            are given (reported separately as `gate_l1_loss`).
+        pruned_heads (`dict[int, list[int]]`, defaults to `{}`): heads removed structurally per layer, by their
+            original index; written by `prune_heads` and rebuilt with the smaller shapes on load.
+        unet_skips (`bool`, defaults to `False`): fuse the output of layer L-i-1 into the input of every layer
+            i >= L/2 through `Linear([h; h_enc])`, which starts at zero.
+        unet_skip_scale (`float`, defaults to 0.1): factor on the fused skip (the seed used 0.01 to 0.1).
+        identity_init (`bool`, defaults to `True`): gates are `sigmoid(logit) / sigmoid(sentinel_gate_init)`, exactly
+            1 at conversion, so the model computes stock GPT-2; `False` uses the seed's raw `sigmoid(logit)`.
+    """
+
+    sentinel_gate_init: float | int = 3.0
+    gate_l1: float | int = 1e-4
+    pruned_heads: dict | None = None
+    unet_skips: bool = False
+    unet_skip_scale: float | int = 0.1
+
+    def validate_sentinel(self):
+        check_range("gate_l1", self.gate_l1, 0)
+        check_range("unet_skip_scale", self.unet_skip_scale, 0)
+        for layer, heads in (self.pruned_heads or {}).items():
+            check_range("pruned_heads layer", int(layer), 0, self.num_hidden_layers - 1)
+            for head in heads:
+                check_range(f"pruned_heads[{layer}] head", head, 0, self.num_attention_heads - 1)
+
+
+@strict
+class GatedGPT2Config(ZooConfigMixin, GPT2Config, SentinelFields):
+    r"""Configuration of [`GatedGPT2Model`]: every [`GPT2Config`] field plus the sentinel options of
+    [`SentinelFields`]. Converts checkpoints of model_type `gpt2`."""
+
+    model_type = "gated_gpt2"
+    stock_model_types = ("gpt2",)
+
+    def __post_init__(self, **kwargs):
+        super().__post_init__(**kwargs)
+        # JSON turns integer keys into strings; keep one canonical form
+        self.pruned_heads = {int(k): sorted(int(h) for h in v) for k, v in (self.pruned_heads or {}).items() if v}
+
+    def heads_in_layer(self, layer: int) -> list[int]:
+        """Original indices of the heads layer `layer` still has."""
+        removed = set(self.pruned_heads.get(layer, ()))
+        return [h for h in range(self.num_attention_heads) if h not in removed]
+
+
+__all__ = ["GatedGPT2Config", "SentinelFields"]

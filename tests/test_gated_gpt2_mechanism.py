@@ -1,0 +1,169 @@
+"""Sentinel gates: gating equations, L1 pressure, structural pruning, generation with the KV cache, U-Net skips."""
+
+import pytest
+import torch
+from gpt2_fixtures import TINY_GPT2, build_stock_gpt2, lm_batch, lm_labels
+from transformers import GPT2LMHeadModel
+
+from interlayer import GatedGPT2LMHeadModel
+
+
+@pytest.fixture
+def gpt2_dir(tmp_path):
+    build_stock_gpt2(str(tmp_path / "gpt2"))
+    return str(tmp_path / "gpt2")
+
+
+def test_identity_gates_are_exactly_one(gpt2_dir):
+    model = GatedGPT2LMHeadModel.from_pretrained(gpt2_dir)
+    for gates in model.gate_values():
+        assert torch.equal(gates, torch.ones_like(gates))
+    seed_gates = GatedGPT2LMHeadModel.from_pretrained(gpt2_dir, identity_init=False).gate_values()[0]
+    torch.testing.assert_close(seed_gates, torch.sigmoid(torch.full((4,), 3.0)))
+
+
+def test_gate_scales_each_head_before_c_proj(gpt2_dir):
+    """A manual computation of layer 0's attention with per-head gates equals the module's output."""
+    model = GatedGPT2LMHeadModel.from_pretrained(gpt2_dir, attn_implementation="eager").eval()
+    attn = model.transformer.h[0].attn
+    with torch.no_grad():
+        attn.sentinel_gate_logits.copy_(torch.tensor([3.0, -1.0, 0.5, 8.0]))
+        x = torch.randn(2, 6, TINY_GPT2["n_embd"])
+        causal = torch.zeros(6, 6).masked_fill(~torch.ones(6, 6, dtype=torch.bool).tril(), float("-inf"))
+        got, _ = attn(x, attention_mask=causal[None, None])
+        q, k, v = attn.c_attn(x).split(32, dim=2)
+        heads = []
+        for h in range(4):
+            sl = slice(8 * h, 8 * (h + 1))
+            scores = q[..., sl] @ k[..., sl].transpose(1, 2) / 8**0.5
+            scores = scores.masked_fill(~torch.ones(6, 6, dtype=torch.bool).tril(), float("-inf"))
+            heads.append(attn.gates()[h] * scores.softmax(-1) @ v[..., sl])
+        expected = attn.c_proj(torch.cat(heads, dim=-1))
+    torch.testing.assert_close(got, expected)
+
+
+def test_l1_pressure_is_added_and_reported(gpt2_dir):
+    model = GatedGPT2LMHeadModel.from_pretrained(gpt2_dir, gate_l1=0.01).eval()
+    batch = lm_batch()
+    out = model(**batch, labels=lm_labels(batch))
+    total_heads = TINY_GPT2["n_layer"] * TINY_GPT2["n_head"]
+    torch.testing.assert_close(out.gate_l1_loss, torch.tensor(0.01 * total_heads))
+    torch.testing.assert_close(out.loss, out.lm_loss + out.gate_l1_loss)
+    out.loss.backward()
+    grad = model.transformer.h[0].attn.sentinel_gate_logits.grad
+    assert grad is not None and (grad != 0).all()
+
+
+def test_pruned_model_equals_gated_model_with_those_gates_at_zero(gpt2_dir, tmp_path):
+    torch.manual_seed(0)
+    model = GatedGPT2LMHeadModel.from_pretrained(gpt2_dir, identity_init=False).eval()
+    heads = {0: [1, 3], 2: [0], 3: [0, 1, 2, 3]}
+    batch = lm_batch()
+    with torch.no_grad():
+        for layer, hs in heads.items():
+            attn = model.transformer.h[layer].attn
+            attn.sentinel_head_mask[hs] = 0.0
+        masked = model(**batch).logits
+        model.prune_heads(heads)
+        pruned = model(**batch).logits
+    torch.testing.assert_close(pruned, masked)
+    assert model.transformer.h[0].attn.c_attn.weight.shape == (32, 3 * 16)
+    assert model.transformer.h[0].attn.c_proj.weight.shape == (16, 32)
+    assert model.transformer.h[0].attn.head_ids.tolist() == [0, 2]
+    assert model.config.pruned_heads == {0: [1, 3], 2: [0], 3: [0, 1, 2, 3]}
+    model.save_pretrained(tmp_path / "pruned")
+    reloaded = GatedGPT2LMHeadModel.from_pretrained(tmp_path / "pruned").eval()
+    assert reloaded.transformer.h[2].attn.c_attn.weight.shape == (32, 3 * 24)
+    assert reloaded.transformer.h[2].attn.head_ids.tolist() == [1, 2, 3]
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(**batch).logits, pruned)
+
+
+def test_pruning_twice_uses_original_head_indices(gpt2_dir):
+    model = GatedGPT2LMHeadModel.from_pretrained(gpt2_dir).eval()
+    model.prune_heads({1: [0]})
+    model.prune_heads({1: [2]})
+    assert model.transformer.h[1].attn.head_ids.tolist() == [1, 3]
+    assert model.config.pruned_heads[1] == [0, 2]
+    with pytest.raises(ValueError, match=r"layer 1 has no heads \[0\]; remaining heads are \[1, 3\]"):
+        model.prune_heads({1: [0]})
+
+
+def greedy_without_cache(model, prompt, steps):
+    ids = prompt
+    for _ in range(steps):
+        with torch.no_grad():
+            logits = model(input_ids=ids, use_cache=False).logits
+        ids = torch.cat([ids, logits[:, -1:].argmax(-1)], dim=1)
+    return ids
+
+
+def test_generate_with_cache_matches_recomputation_after_pruning(gpt2_dir):
+    torch.manual_seed(0)
+    model = GatedGPT2LMHeadModel.from_pretrained(gpt2_dir, identity_init=False, unet_skips=True).eval()
+    with torch.no_grad():
+        for block in model.transformer.h:
+            if block.unet_fuse is not None:
+                block.unet_fuse.weight.normal_(std=0.1)
+    model.prune_heads({0: [0, 1], 1: [3], 3: [0, 1, 2, 3]})
+    prompt = lm_batch(lengths=(5,))["input_ids"]
+    cached = model.generate(prompt, max_new_tokens=8, do_sample=False, pad_token_id=0)
+    torch.testing.assert_close(cached, greedy_without_cache(model, prompt, 8))
+
+
+def test_identity_generation_equals_stock(gpt2_dir):
+    stock = GPT2LMHeadModel.from_pretrained(gpt2_dir).eval()
+    model = GatedGPT2LMHeadModel.from_pretrained(gpt2_dir).eval()
+    prompt = lm_batch(lengths=(6,))["input_ids"]
+    kwargs = dict(max_new_tokens=10, do_sample=False, pad_token_id=0)
+    torch.testing.assert_close(model.generate(prompt, **kwargs), stock.generate(prompt, **kwargs))
+
+
+def test_unet_skips_fuse_mirror_layers(gpt2_dir):
+    """Layer i >= L/2 receives h_i + scale * W [h_i; out_{L-i-1}]: checked against a manual forward."""
+    torch.manual_seed(0)
+    model = GatedGPT2LMHeadModel.from_pretrained(gpt2_dir, unet_skips=True, unet_skip_scale=0.5).eval()
+    blocks = model.transformer.h
+    assert [b.unet_fuse is not None for b in blocks] == [False, False, True, True]
+    with torch.no_grad():
+        for b in blocks[2:]:
+            b.unet_fuse.weight.normal_(std=0.2)
+        ids = lm_batch(lengths=(7,))["input_ids"]
+        h = model.transformer.wte(ids) + model.transformer.wpe(torch.arange(7))[None]
+        outs = []
+        for i, block in enumerate(blocks):
+            if block.unet_fuse is not None:
+                h = h + 0.5 * block.unet_fuse(torch.cat([h, outs[3 - i]], dim=-1))
+            h = super(type(block), block).forward(h)
+            outs.append(h)
+        expected = model.lm_head(model.transformer.ln_f(h))
+        torch.testing.assert_close(model(input_ids=ids).logits, expected)
+
+
+def test_entropy_measurement_matches_manual_softmax(gpt2_dir):
+    model = GatedGPT2LMHeadModel.from_pretrained(gpt2_dir).eval()
+    attn = model.transformer.h[1].attn
+    attn.measure_entropy = True
+    batch = lm_batch(lengths=(8, 8))
+    with torch.no_grad():
+        hidden = model(**batch, output_hidden_states=True).hidden_states[1]
+        q, k, _ = attn.c_attn(model.transformer.h[1].ln_1(hidden)).split(32, dim=2)
+        expected = []
+        for h in range(4):
+            sl = slice(8 * h, 8 * (h + 1))
+            scores = (q[..., sl] @ k[..., sl].transpose(1, 2) / 8**0.5).masked_fill(
+                ~torch.ones(8, 8, dtype=torch.bool).tril(), float("-inf")
+            )
+            p = scores.softmax(-1)
+            expected.append(-(p * p.clamp(min=1e-12).log()).sum(-1).mean())
+    torch.testing.assert_close(attn.last_entropy, torch.stack(expected))
+
+
+def test_gate_statistics_reach_mechanism_stats(gpt2_dir):
+    model = GatedGPT2LMHeadModel.from_pretrained(gpt2_dir).train()
+    batch = lm_batch()
+    model.transformer.h[1].attn.sentinel_head_mask[2] = 0.0
+    model(**batch, labels=lm_labels(batch))
+    stats = model.mechanism_stats(split="train")
+    assert stats["sentinel/L0/gate_mean"] == pytest.approx(1.0)
+    assert stats["sentinel/L1/active_heads"] == 3
