@@ -11,6 +11,14 @@ def _unwrap(model):
     return model
 
 
+def add_to_logs(state, logs: dict, values: dict) -> None:
+    """Add values to a Trainer log being dispatched (`on_log`) and to its row in `state.log_history`, which the
+    Trainer has already written, so they reach every later callback, the console and `trainer_state.json`."""
+    logs.update(values)
+    if state.log_history and state.log_history[-1].get("step") == state.global_step:
+        state.log_history[-1].update(values)
+
+
 class MechanismStatsCallback(TrainerCallback):
     """Adds the model's `mechanism_stats()` (averaged since the previous log) to every Trainer log, so they reach
     the console, `trainer_state.json` and every `report_to` integration (TensorBoard, W&B, ...) like any metric.
@@ -30,10 +38,7 @@ class MechanismStatsCallback(TrainerCallback):
             return
         evaluation = any(k.startswith("eval_") for k in logs)
         stats = _unwrap(model).mechanism_stats(reset=True, split="eval" if evaluation else "train")
-        stats = {f"eval_{k}": v for k, v in stats.items()} if evaluation else stats
-        logs.update(stats)
-        if state.log_history and state.log_history[-1].get("step") == state.global_step:
-            state.log_history[-1].update(stats)
+        add_to_logs(state, logs, {f"eval_{k}": v for k, v in stats.items()} if evaluation else stats)
 
 
 class EarlyStopBelowCallback(TrainerCallback):

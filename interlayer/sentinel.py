@@ -1,0 +1,411 @@
+"""Training-side tools for the sentinel-gated GPT-2 (seed 001): choosing heads to prune, the gate controller,
+progressive growth, and the gate heat-map. The model itself is `interlayer.models.modeling_gated_gpt2`."""
+
+from __future__ import annotations
+
+import math
+import struct
+import zlib
+from collections.abc import Iterable
+
+import torch
+from transformers import TrainerCallback
+from transformers.trainer_callback import ExportableState
+
+from .callbacks import _unwrap, add_to_logs
+
+STRATEGIES = ("entropy", "magnitude", "random", "importance")
+
+
+def _attentions(model):
+    return _unwrap(model).gated_attentions
+
+
+def _batches(batches: Iterable[dict] | None, needed: str) -> list[dict]:
+    if batches is None:
+        raise ValueError(f"strategy {needed!r} needs batches of inputs (input_ids, attention_mask, labels)")
+    return list(batches)
+
+
+@torch.no_grad()
+def head_entropy(model, batches: Iterable[dict]) -> list[torch.Tensor]:
+    """Mean attention entropy of every remaining head over the batches (nats), one tensor per layer."""
+    attns = _attentions(model)
+    sums = [torch.zeros(a.num_heads) for a in attns]
+    batches = _batches(batches, "entropy")
+    was_training = model.training
+    model.eval()
+    try:
+        for a in attns:
+            a.measure_entropy = True
+        for batch in batches:
+            model(**{k: v for k, v in batch.items() if k != "labels"})
+            for s, a in zip(sums, attns):
+                if a.num_heads:
+                    s += a.last_entropy.float().cpu()
+    finally:
+        for a in attns:
+            a.measure_entropy = False
+        model.train(was_training)
+    return [s / len(batches) for s in sums]
+
+
+@torch.no_grad()
+def head_magnitude(model) -> list[torch.Tensor]:
+    """Norm of each head's own weights: its query/key/value columns of `c_attn` and its rows of `c_proj`."""
+    out = []
+    for a in _attentions(model):
+        w = a.c_attn.weight.view(a.embed_dim, 3, a.num_heads, a.head_dim)
+        qkv = w.pow(2).sum(dim=(0, 1, 3))
+        proj = a.c_proj.weight.view(a.num_heads, a.head_dim, a.embed_dim).pow(2).sum(dim=(1, 2))
+        out.append((qkv + proj).sqrt().float().cpu())
+    return out
+
+
+def mask_gradient(model, batches: Iterable[dict]) -> list[torch.Tensor]:
+    """|dL/d mask_h| accumulated over the batches, at the current mask (Michel et al. 2019, "Are Sixteen Heads
+    Really Better than One?"): the first-order change of the loss when head h is removed (mask 1 -> 0) or, for a
+    head at mask 0, added."""
+    attns = _attentions(model)
+    sums = [torch.zeros(a.num_heads) for a in attns]
+    masks = [a.sentinel_head_mask for a in attns]
+    was_training = model.training
+    model.eval()
+    try:
+        for m in masks:
+            m.requires_grad_(True)
+        for batch in _batches(batches, "importance"):
+            loss = model(**batch).lm_loss
+            grads = torch.autograd.grad(loss, [m for m in masks if m.numel()], allow_unused=True)
+            grads = iter(grads)
+            for s, m in zip(sums, masks):
+                if m.numel():
+                    g = next(grads)
+                    s += (g.abs() if g is not None else torch.zeros_like(m)).float().cpu()
+    finally:
+        for m in masks:
+            m.requires_grad_(False)
+        model.train(was_training)
+    return sums
+
+
+def head_scores(model, strategy: str, batches: Iterable[dict] | None = None, seed: int = 0) -> list[torch.Tensor]:
+    """Importance of every remaining head, one tensor per layer: higher means keep.
+
+    entropy: minus the mean attention entropy (diffuse heads go first, as the seed's controller assumes);
+    magnitude: weight norm; random: seeded noise; importance: |dL/d mask| (Michel et al. 2019)."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"`strategy` must be one of {list(STRATEGIES)}, got {strategy!r}.")
+    if strategy == "entropy":
+        return [-e for e in head_entropy(model, batches)]
+    if strategy == "magnitude":
+        return head_magnitude(model)
+    if strategy == "importance":
+        return mask_gradient(model, batches)
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.rand(a.num_heads, generator=generator) for a in _attentions(model)]
+
+
+def select_heads_to_prune(
+    model, fraction: float, strategy: str, batches: Iterable[dict] | None = None, seed: int = 0
+) -> dict[int, list[int]]:
+    """The least important remaining heads, by original index per layer, so that `fraction` of all the model's
+    original heads are pruned in total (heads pruned earlier count towards it)."""
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"`fraction` must be between 0 and 1, got {fraction!r}.")
+    config = _unwrap(model).config
+    total = config.num_hidden_layers * config.num_attention_heads
+    already = sum(len(v) for v in config.pruned_heads.values())
+    count = max(0, round(fraction * total) - already)
+    scores = head_scores(model, strategy, batches, seed)
+    ranked = sorted(
+        (float(score), layer, int(head))
+        for layer, (layer_scores, attn) in enumerate(zip(scores, _attentions(model)))
+        for score, head in zip(layer_scores.tolist(), attn.head_ids.tolist())
+    )
+    chosen: dict[int, list[int]] = {}
+    for _, layer, head in ranked[:count]:
+        chosen.setdefault(layer, []).append(head)
+    return {layer: sorted(heads) for layer, heads in sorted(chosen.items())}
+
+
+def prune_by_strategy(model, fraction, strategy, batches=None, seed=0) -> dict[int, list[int]]:
+    """Choose heads with `select_heads_to_prune` and remove them structurally; returns what was pruned."""
+    chosen = select_heads_to_prune(model, fraction, strategy, batches, seed)
+    _unwrap(model).prune_heads(chosen)
+    return chosen
+
+
+class SentinelControllerCallback(TrainerCallback, ExportableState):
+    """The seed's controller (section 3): every `update_frequency` steps after `warmup_steps`, move gate logits
+    from live metrics. Heads whose attention entropy exceeds `entropy_threshold` lose `entropy_step * lr`; heads
+    whose mean |gradient| of the gate logit since the last update is below `grad_threshold` lose
+    `grad_step * lr`. Only active heads (gate > `active_threshold`) are moved. Heads whose gate falls below
+    `mask_threshold` are masked (skipped), at most `max_pruned_fraction` of all heads counting pruned ones. The
+    controller's lr decays by `lr_decay` every `lr_decay_every` steps down to `lr_floor`.
+
+    With `plateau_patience` set, training stops once that many consecutive updates changed no gate by more than
+    `plateau_tolerance`. The state (accumulated gradients, update and plateau counters) is saved in Trainer
+    checkpoints and restored on resume when `TrainingArguments(restore_callback_states_from_checkpoint=True)`.
+    """
+
+    def __init__(
+        self,
+        warmup_steps: int = 500,
+        update_frequency: int = 100,
+        entropy_threshold: float = 1.5,
+        entropy_step: float = 0.1,
+        grad_threshold: float = 1e-3,
+        grad_step: float = 0.05,
+        learning_rate: float = 0.01,
+        lr_decay: float = 0.95,
+        lr_decay_every: int = 1000,
+        lr_floor: float = 0.001,
+        active_threshold: float = 0.2,
+        mask_threshold: float = 0.05,
+        max_pruned_fraction: float = 0.3,
+        plateau_patience: int | None = None,
+        plateau_tolerance: float = 1e-4,
+    ):
+        if update_frequency < 1:
+            raise ValueError(f"`update_frequency` must be >= 1, got {update_frequency!r}.")
+        if not 0.0 <= max_pruned_fraction <= 1.0:
+            raise ValueError(f"`max_pruned_fraction` must be between 0 and 1, got {max_pruned_fraction!r}.")
+        self.warmup_steps = warmup_steps
+        self.update_frequency = update_frequency
+        self.entropy_threshold = entropy_threshold
+        self.entropy_step = entropy_step
+        self.grad_threshold = grad_threshold
+        self.grad_step = grad_step
+        self.learning_rate = learning_rate
+        self.lr_decay = lr_decay
+        self.lr_decay_every = lr_decay_every
+        self.lr_floor = lr_floor
+        self.active_threshold = active_threshold
+        self.mask_threshold = mask_threshold
+        self.max_pruned_fraction = max_pruned_fraction
+        self.plateau_patience = plateau_patience
+        self.plateau_tolerance = plateau_tolerance
+        self.grad_sums: list[list[float]] | None = None
+        self.grad_count = 0
+        self.updates = 0
+        self.plateau_count = 0
+        self.last_report: dict[str, float] = {}
+
+    def state(self) -> dict:
+        args = {k: getattr(self, k) for k in self.__init__.__code__.co_varnames[1 : self.__init__.__code__.co_argcount]}
+        attributes = {k: getattr(self, k) for k in ("grad_sums", "grad_count", "updates", "plateau_count")}
+        return {"args": args, "attributes": attributes}
+
+    def current_lr(self, step: int) -> float:
+        return max(self.lr_floor, self.learning_rate * self.lr_decay ** (step // self.lr_decay_every))
+
+    def _due(self, step: int) -> bool:
+        return step >= self.warmup_steps and step % self.update_frequency == 0
+
+    def on_step_begin(self, args, state, control, model=None, **kwargs):
+        if model is not None and self._due(state.global_step + 1):
+            for a in _attentions(model):
+                a.measure_entropy = True
+
+    def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+        if model is None:
+            return
+        attns = _attentions(model)
+        if self.grad_sums is None or [len(s) for s in self.grad_sums] != [a.num_heads for a in attns]:
+            self.grad_sums, self.grad_count = [[0.0] * a.num_heads for a in attns], 0
+        for sums, a in zip(self.grad_sums, attns):
+            grad = a.sentinel_gate_logits.grad
+            if grad is not None:
+                for i, g in enumerate(grad.abs().tolist()):
+                    sums[i] += g
+        self.grad_count += 1
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if model is None or not self._due(state.global_step):
+            return
+        attns = _attentions(model)
+        entropies = [a.last_entropy for a in attns]
+        for a in attns:
+            a.measure_entropy = False
+        grads = None
+        if self.grad_sums is not None and self.grad_count:
+            grads = [torch.tensor(s) / self.grad_count for s in self.grad_sums]
+        changed = self.update(model, entropies, grads, self.current_lr(state.global_step))
+        self.grad_sums, self.grad_count = None, 0
+        self.updates += 1
+        if self.plateau_patience is not None:
+            self.plateau_count = 0 if changed > self.plateau_tolerance else self.plateau_count + 1
+            if self.plateau_count >= self.plateau_patience:
+                control.should_training_stop = True
+
+    @torch.no_grad()
+    def update(self, model, entropies, grads, lr: float) -> float:
+        """One controller update; returns the largest change of any gate value."""
+        attns = _attentions(model)
+        before = [a.gates().clone() for a in attns]
+        for i, a in enumerate(attns):
+            if not a.num_heads:
+                continue
+            active = (a.gates() > self.active_threshold) & (a.sentinel_head_mask > 0)
+            delta = torch.zeros_like(a.sentinel_gate_logits)
+            if entropies[i] is not None:
+                delta -= self.entropy_step * lr * (entropies[i].to(delta) > self.entropy_threshold).to(delta)
+            if grads is not None:
+                delta -= self.grad_step * lr * (grads[i].to(delta) < self.grad_threshold).to(delta)
+            a.sentinel_gate_logits.add_(delta * active.to(delta))
+        self._mask_low_gates(model)
+        changed = max(((a.gates() - b).abs().max().item() for a, b in zip(attns, before) if a.num_heads), default=0.0)
+        config = _unwrap(model).config
+        self.last_report = {
+            "sentinel/controller_lr": lr,
+            "sentinel/masked_heads": float(sum(int((a.sentinel_head_mask == 0).sum()) for a in attns)),
+            "sentinel/pruned_heads": float(sum(len(v) for v in config.pruned_heads.values())),
+            "sentinel/max_gate_change": changed,
+        }
+        return changed
+
+    def _mask_low_gates(self, model) -> None:
+        attns = _attentions(model)
+        config = _unwrap(model).config
+        total = config.num_hidden_layers * config.num_attention_heads
+        budget = math.floor(self.max_pruned_fraction * total)
+        budget -= sum(len(v) for v in config.pruned_heads.values())
+        budget -= sum(int((a.sentinel_head_mask == 0).sum()) for a in attns)
+        low = sorted(
+            (float(a.gates()[h]), i, h)
+            for i, a in enumerate(attns)
+            for h in range(a.num_heads)
+            if a.sentinel_head_mask[h] > 0 and a.gates()[h] < self.mask_threshold
+        )
+        for _, i, h in low[: max(0, budget)]:
+            attns[i].sentinel_head_mask[h] = 0.0
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs is not None and self.last_report and not any(k.startswith("eval_") for k in logs):
+            add_to_logs(state, logs, self.last_report)
+
+
+class ProgressiveGrowthCallback(TrainerCallback, ExportableState):
+    """Progressive growth (seed section 6): start with only `start_active` of the heads switched on (the most
+    important ones by |dL/d mask| on `score_batches` batches), and at the end of every epoch switch on another
+    `grow_per_epoch` of all heads, the inactive heads whose |dL/d mask| at mask 0 is largest, until
+    `target_active` are on. A grown head starts at mask `initial_scale` and ramps linearly to 1 over
+    `warmup_steps` steps."""
+
+    def __init__(
+        self,
+        start_active: float = 0.1,
+        grow_per_epoch: float = 0.1,
+        target_active: float = 0.3,
+        initial_scale: float = 0.01,
+        warmup_steps: int = 100,
+        score_batches: int = 4,
+    ):
+        for name, value in (
+            ("start_active", start_active),
+            ("grow_per_epoch", grow_per_epoch),
+            ("target_active", target_active),
+        ):
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"`{name}` must be between 0 and 1, got {value!r}.")
+        self.start_active = start_active
+        self.grow_per_epoch = grow_per_epoch
+        self.target_active = target_active
+        self.initial_scale = initial_scale
+        self.warmup_steps = warmup_steps
+        self.score_batches = score_batches
+        self.warming: list[list[int]] = []  # [layer, head position, start step]
+        self.started = False
+
+    def state(self) -> dict:
+        args = {k: getattr(self, k) for k in self.__init__.__code__.co_varnames[1 : self.__init__.__code__.co_argcount]}
+        return {"args": args, "attributes": {"warming": self.warming, "started": self.started}}
+
+    def _batches(self, dataloader, model):
+        device = next(model.parameters()).device
+        out = []
+        for i, batch in enumerate(dataloader):
+            if i >= self.score_batches:
+                break
+            out.append({k: v.to(device) for k, v in batch.items()})
+        return out
+
+    def on_train_begin(self, args, state, control, model=None, train_dataloader=None, **kwargs):
+        if self.started or model is None:
+            return
+        attns = _attentions(model)
+        scores = mask_gradient(model, self._batches(train_dataloader, model))
+        total = sum(a.num_heads for a in attns)
+        keep = set(
+            self._top(
+                [(float(s), i, h) for i, sc in enumerate(scores) for h, s in enumerate(sc.tolist())],
+                round(self.start_active * total),
+            )
+        )
+        with torch.no_grad():
+            for i, a in enumerate(attns):
+                for h in range(a.num_heads):
+                    a.sentinel_head_mask[h] = 1.0 if (i, h) in keep else 0.0
+        self.started = True
+
+    @staticmethod
+    def _top(scored, count):
+        return [(i, h) for _, i, h in sorted(scored, reverse=True)[:count]]
+
+    def on_epoch_end(self, args, state, control, model=None, train_dataloader=None, **kwargs):
+        if model is None:
+            return
+        attns = _attentions(model)
+        total = sum(a.num_heads for a in attns)
+        active = sum(int((a.sentinel_head_mask > 0).sum()) for a in attns)
+        grow = min(round(self.grow_per_epoch * total), round(self.target_active * total) - active)
+        if grow <= 0:
+            return
+        scores = mask_gradient(model, self._batches(train_dataloader, model))
+        inactive = [
+            (float(scores[i][h]), i, h)
+            for i, a in enumerate(attns)
+            for h in range(a.num_heads)
+            if a.sentinel_head_mask[h] == 0
+        ]
+        with torch.no_grad():
+            for i, h in self._top(inactive, grow):
+                attns[i].sentinel_head_mask[h] = self.initial_scale
+                self.warming.append([i, h, state.global_step])
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if model is None or not self.warming:
+            return
+        attns = _attentions(model)
+        still = []
+        with torch.no_grad():
+            for i, h, start in self.warming:
+                progress = min(1.0, (state.global_step - start) / max(1, self.warmup_steps))
+                attns[i].sentinel_head_mask[h] = self.initial_scale + (1.0 - self.initial_scale) * progress
+                if progress < 1.0:
+                    still.append([i, h, start])
+        self.warming = still
+
+
+def gate_heatmap(model, path: str, cell: int = 24) -> str:
+    """Write the gates as a PNG heat-map (layers top to bottom, original heads left to right; white = 1,
+    black = 0, red = pruned). Needs no plotting library."""
+    config = _unwrap(model).config
+    rows, cols = config.num_hidden_layers, config.num_attention_heads
+    pixels = [[(200, 40, 40)] * cols for _ in range(rows)]
+    for layer, attn in enumerate(_attentions(model)):
+        for value, head in zip(attn.gates().clamp(0, 1).tolist(), attn.head_ids.tolist()):
+            level = int(round(255 * value))
+            pixels[layer][head] = (level, level, level)
+    width, height = cols * cell, rows * cell
+    raw = b"".join(b"\x00" + b"".join(bytes(pixels[y // cell][x // cell]) for x in range(width)) for y in range(height))
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+    png += chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b"")
+    with open(path, "wb") as f:
+        f.write(png)
+    return path

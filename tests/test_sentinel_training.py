@@ -1,0 +1,168 @@
+"""Head-selection strategies, the gate controller, progressive growth and the heat-map."""
+
+import json
+import struct
+
+import pytest
+import torch
+from gpt2_fixtures import build_stock_gpt2, lm_batch, lm_labels
+from transformers import Trainer, TrainingArguments
+
+from interlayer import GatedGPT2LMHeadModel
+from interlayer.sentinel import (
+    ProgressiveGrowthCallback,
+    SentinelControllerCallback,
+    gate_heatmap,
+    head_entropy,
+    prune_by_strategy,
+    select_heads_to_prune,
+)
+
+
+@pytest.fixture
+def model(tmp_path):
+    build_stock_gpt2(str(tmp_path / "gpt2"))
+    return GatedGPT2LMHeadModel.from_pretrained(str(tmp_path / "gpt2")).eval()
+
+
+def batches(n=2):
+    out = []
+    for seed in range(n):
+        b = lm_batch(seed=seed)
+        b["labels"] = lm_labels(b)
+        out.append(b)
+    return out
+
+
+def test_magnitude_prunes_the_smallest_heads(model):
+    with torch.no_grad():
+        attn = model.transformer.h[2].attn
+        w = attn.c_attn.weight.view(32, 3, 4, 8)
+        w[:, :, 1] *= 0.01
+        attn.c_proj.weight.view(4, 8, 32)[1] *= 0.01
+    assert select_heads_to_prune(model, 1 / 16, "magnitude") == {2: [1]}
+
+
+def test_entropy_prunes_the_most_diffuse_heads(model):
+    with torch.no_grad():
+        model.transformer.h[1].attn.c_attn.weight.view(32, 3, 4, 8)[:, 0, 3] = 0.0  # zero query: uniform attention
+        model.transformer.h[1].attn.c_attn.bias.view(3, 4, 8)[0, 3] = 0.0
+    entropy = head_entropy(model, batches())
+    assert entropy[1][3] == max(float(e.max()) for e in entropy)
+    assert select_heads_to_prune(model, 1 / 16, "entropy", batches()) == {1: [3]}
+
+
+def test_importance_prunes_heads_the_loss_does_not_need(model):
+    with torch.no_grad():
+        model.transformer.h[0].attn.c_proj.weight.view(4, 8, 32)[2] = 0.0  # head 0.2 contributes nothing
+    assert select_heads_to_prune(model, 1 / 16, "importance", batches()) == {0: [2]}
+
+
+def test_random_is_seeded_and_fractions_count_pruned_heads(model):
+    first = select_heads_to_prune(model, 0.25, "random", seed=3)
+    assert first == select_heads_to_prune(model, 0.25, "random", seed=3)
+    assert sum(len(v) for v in first.values()) == 4
+    prune_by_strategy(model, 0.25, "random", seed=3)
+    more = select_heads_to_prune(model, 0.5, "random", seed=3)
+    assert sum(len(v) for v in more.values()) == 4  # 8 of 16 in total, 4 already gone
+    with pytest.raises(ValueError, match="strategy"):
+        select_heads_to_prune(model, 0.5, "loudest")
+    with pytest.raises(ValueError, match="fraction"):
+        select_heads_to_prune(model, 1.5, "random")
+
+
+def test_controller_update_follows_the_seed_rules(model):
+    controller = SentinelControllerCallback(mask_threshold=0.0)
+    attns = model.gated_attentions
+    with torch.no_grad():
+        attns[0].sentinel_gate_logits[3] = -5.0  # inactive (gate < 0.2): never moved
+    before = [a.sentinel_gate_logits.detach().clone() for a in attns]
+    entropies = [torch.tensor([2.0, 1.0, 2.0, 2.0])] + [torch.zeros(4)] * 3
+    grads = [torch.tensor([1.0, 1e-5, 1e-5, 1e-5])] + [torch.ones(4)] * 3
+    controller.update(model, entropies, grads, lr=0.01)
+    delta = attns[0].sentinel_gate_logits.detach() - before[0]
+    torch.testing.assert_close(delta, torch.tensor([-0.001, -0.0005, -0.0015, 0.0]))
+    for a, b in zip(attns[1:], before[1:]):
+        assert torch.equal(a.sentinel_gate_logits.detach(), b)
+
+
+def test_controller_masks_low_gates_within_the_budget(model):
+    controller = SentinelControllerCallback(max_pruned_fraction=2 / 16)
+    with torch.no_grad():
+        for h in range(3):
+            model.gated_attentions[1].sentinel_gate_logits[h] = -10.0 - h
+    controller.update(model, [None] * 4, None, lr=0.01)
+    assert model.gated_attentions[1].sentinel_head_mask.tolist() == [1.0, 0.0, 0.0, 1.0]
+    assert controller.last_report["sentinel/masked_heads"] == 2
+
+
+def test_controller_decay_schedule():
+    controller = SentinelControllerCallback(learning_rate=0.01, lr_decay=0.5, lr_decay_every=10, lr_floor=0.002)
+    assert [controller.current_lr(s) for s in (0, 9, 10, 25, 100)] == [0.01, 0.01, 0.005, 0.0025, 0.002]
+
+
+def rows(n=8):
+    b = lm_batch(lengths=(10,) * n)
+    b["labels"] = lm_labels(b)
+    return [{k: v[i] for k, v in b.items()} for i in range(n)]
+
+
+def test_controller_runs_in_the_trainer_and_survives_resume(model, tmp_path):
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "run"),
+        per_device_train_batch_size=2,
+        max_steps=4,
+        save_steps=2,
+        learning_rate=1e-3,
+        report_to="none",
+        use_cpu=True,
+        logging_steps=1,
+        seed=0,
+        restore_callback_states_from_checkpoint=True,
+    )
+    controller = SentinelControllerCallback(warmup_steps=0, update_frequency=1, entropy_threshold=0.0)
+    trainer = Trainer(model=model, args=args, train_dataset=rows(), callbacks=[controller])
+    trainer.train()
+    assert controller.updates == 4
+    logged = [r for r in trainer.state.log_history if "sentinel/controller_lr" in r]
+    assert logged
+    saved = json.loads((tmp_path / "run" / "checkpoint-2" / "trainer_state.json").read_text())
+    assert saved["stateful_callbacks"]["SentinelControllerCallback"]["attributes"]["updates"] == 2
+    fresh = SentinelControllerCallback(warmup_steps=0, update_frequency=1, entropy_threshold=0.0)
+    resumed = Trainer(model=model, args=args, train_dataset=rows(), callbacks=[fresh])
+    resumed.train(resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-2"))
+    restored = [c for c in resumed.callback_handler.callbacks if isinstance(c, SentinelControllerCallback)][0]
+    assert restored.updates == 4  # 2 restored from the checkpoint + 2 more steps
+
+
+def test_progressive_growth_regrows_by_importance(model, tmp_path):
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "grow"),
+        per_device_train_batch_size=4,
+        num_train_epochs=3,
+        learning_rate=1e-3,
+        report_to="none",
+        use_cpu=True,
+        save_strategy="no",
+        seed=0,
+    )
+    growth = ProgressiveGrowthCallback(start_active=0.25, grow_per_epoch=0.25, target_active=0.75, warmup_steps=1)
+    active_per_epoch = []
+
+    class Spy(ProgressiveGrowthCallback.__mro__[1]):
+        def on_epoch_end(self, args, state, control, model=None, **kwargs):
+            active_per_epoch.append(sum(int((a.sentinel_head_mask > 0).sum()) for a in model.gated_attentions))
+
+    trainer = Trainer(model=model, args=args, train_dataset=rows(), callbacks=[growth, Spy()])
+    trainer.train()
+    assert active_per_epoch == [8, 12, 12]  # 4 at start, +4 after epochs 1 and 2, capped at 12 of 16
+    masks = torch.cat([a.sentinel_head_mask for a in model.gated_attentions])
+    assert set(masks.tolist()) <= {0.0, 1.0}  # grown heads finished their warm-up
+
+
+def test_gate_heatmap_png(model, tmp_path):
+    model.prune_heads({1: [2]})
+    path = gate_heatmap(model, str(tmp_path / "gates.png"), cell=4)
+    data = open(path, "rb").read()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert struct.unpack(">II", data[16:24]) == (16, 16)
