@@ -30,6 +30,7 @@ def main():
     parser.add_argument("--epochs", type=float, default=2)
     parser.add_argument("--out", default="runs/rte")
     parser.add_argument("--train_file", default=str(ROOT.parent / "shared" / "data" / "rte" / "train.tsv"))
+    parser.add_argument("--report_only", action="store_true", help="tabulate finished runs, start no new one")
     args = parser.parse_args()
     if not Path(args.train_file).exists():
         sys.exit(f"RTE data not found at {args.train_file} (it comes from the project's ../shared/data folder)")
@@ -41,6 +42,8 @@ def main():
         for preset in args.presets:
             out = Path(args.out) / f"{preset}-seed{seed}"
             summary_file = out / "results.json"
+            if not summary_file.exists() and args.report_only:
+                continue
             if not summary_file.exists():
                 start = time.perf_counter()
                 cmd = [
@@ -86,6 +89,8 @@ def main():
     print("\n| " + " | ".join(header + ["minutes per run"]) + " |")
     print("| --- | ---: | ---: | ---: | --- | ---: |")
     for preset, runs in results.items():
+        if not runs:
+            continue
         finals = [r["final_eval_accuracy"] for r in runs]
         bests = [r["best_eval_accuracy"] for r in runs]
         minutes = statistics.mean(r.get("minutes", 0) for r in runs)

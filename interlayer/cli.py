@@ -1,4 +1,4 @@
-"""`interlayer` command line: `convert` a stock checkpoint, `list` the zoo, run the `demo`."""
+"""`interlayer` command line: `convert` a stock checkpoint, `prune` heads, `list` the zoo, run the `demo`."""
 
 from __future__ import annotations
 
@@ -38,6 +38,38 @@ def cmd_convert(args) -> int:
         f"  parameters: total {p['total']:,}, trainable {p['trainable']:,}, mechanism {p['mechanism']:,} "
         f"({p['mechanism_percent']:.2f}%)"
     )
+    return 0
+
+
+def cmd_prune(args) -> int:
+    from transformers import AutoTokenizer
+
+    from .models.modeling_gated_gpt2 import GatedGPT2LMHeadModel
+    from .sentinel import prune_by_strategy
+    from .training import lm_batches, lm_blocks
+    from .zoo import save_atomically
+
+    if not 0.0 <= args.fraction <= 1.0:
+        raise ValueError(f"--fraction must be between 0 and 1, got {args.fraction}")
+    model = GatedGPT2LMHeadModel.from_pretrained(args.model).eval()
+    batches = None
+    if args.strategy in ("entropy", "importance"):
+        if not args.text_file:
+            raise ValueError(f"--strategy {args.strategy} scores heads on data: pass --text-file")
+        tokenizer = AutoTokenizer.from_pretrained(args.model)
+        with open(args.text_file, encoding="utf-8") as f:
+            ids = tokenizer(f.read())["input_ids"]
+        batches = lm_batches(lm_blocks(ids, args.seq_len), args.batch_size, limit=args.batches)
+    before = model.parameter_report()["total"]
+    pruned = prune_by_strategy(model, args.fraction, args.strategy, batches, seed=args.seed)
+    saved = save_atomically(model, args.output, tokenizer_source=args.model, overwrite=args.overwrite)
+    c = model.config
+    removed = sum(len(v) for v in c.pruned_heads.values())
+    total = c.num_hidden_layers * c.num_attention_heads
+    print(f"pruned {sum(len(v) for v in pruned.values())} heads by {args.strategy}: {pruned}")
+    print(f"  heads removed in total: {removed} of {total} ({100 * removed / total:.1f}% of attention heads)")
+    print(f"  parameters: {before:,} -> {model.parameter_report()['total']:,}")
+    print(f"  saved: {saved}")
     return 0
 
 
@@ -89,6 +121,19 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("--num-labels", type=int)
     convert.add_argument("--overwrite", action="store_true")
     convert.set_defaults(func=cmd_convert)
+
+    prune = sub.add_parser("prune", help="remove attention heads of a (sentinel-gated) GPT-2 by a strategy")
+    prune.add_argument("model", help="a GatedGPT2 folder, or a stock GPT-2 checkpoint (converted on the way)")
+    prune.add_argument("output")
+    prune.add_argument("--strategy", required=True, choices=["entropy", "magnitude", "random", "importance"])
+    prune.add_argument("--fraction", type=float, required=True, help="fraction of all heads pruned in total")
+    prune.add_argument("--text-file", help="text to score heads on (entropy and importance)")
+    prune.add_argument("--batches", type=int, default=8)
+    prune.add_argument("--batch-size", type=int, default=4)
+    prune.add_argument("--seq-len", type=int, default=128)
+    prune.add_argument("--seed", type=int, default=0)
+    prune.add_argument("--overwrite", action="store_true")
+    prune.set_defaults(func=cmd_prune)
 
     lister = sub.add_parser("list", help="what the zoo converts")
     lister.set_defaults(func=cmd_list)

@@ -110,3 +110,45 @@ def shared_data(*parts: str) -> Path | None:
     root = Path(os.environ.get("INTERLAYER_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
     path = root.joinpath(*parts)
     return path if path.exists() else None
+
+
+def lm_blocks(token_ids: list[int], seq_len: int) -> torch.Tensor:
+    """Consecutive non-overlapping blocks of `seq_len` tokens (the remainder dropped), as in `run_clm.py`."""
+    count = len(token_ids) // seq_len
+    if count == 0:
+        raise ValueError(f"the text has {len(token_ids)} tokens, fewer than one block of seq_len={seq_len}")
+    return torch.tensor(token_ids[: count * seq_len]).view(count, seq_len)
+
+
+def lm_batches(blocks: torch.Tensor, batch_size: int, limit: int | None = None) -> list[dict]:
+    """Batches of causal-LM inputs with `labels = input_ids`."""
+    out = []
+    for start in range(0, len(blocks), batch_size):
+        ids = blocks[start : start + batch_size]
+        out.append({"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()})
+        if limit is not None and len(out) >= limit:
+            break
+    return out
+
+
+def train_byte_bpe(text: str, vocab_size: int):
+    """A GPT-2-style byte-level BPE tokenizer trained on `text` (offline, seconds), as a `PreTrainedTokenizerFast`
+    with `<|endoftext|>` as its only special token. `vocab_size` must exceed the 256 byte symbols."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    if vocab_size <= 257:
+        raise ValueError(f"`vocab_size` must be > 257 (256 bytes and <|endoftext|>), got {vocab_size}")
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(text.splitlines(), trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, bos_token="<|endoftext|>", eos_token="<|endoftext|>", pad_token="<|endoftext|>"
+    )

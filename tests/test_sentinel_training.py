@@ -166,3 +166,43 @@ def test_gate_heatmap_png(model, tmp_path):
     data = open(path, "rb").read()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     assert struct.unpack(">II", data[16:24]) == (16, 16)
+
+
+def test_cli_prune_scores_on_text_and_saves_a_smaller_model(tmp_path):
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    from interlayer.cli import main
+    from interlayer.training import train_byte_bpe
+
+    text = "\n".join(f"To be, or not to be, that is question number {i}." for i in range(200))
+    tokenizer = train_byte_bpe(text, vocab_size=300)
+    torch.manual_seed(0)
+    stock = GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=4, n_head=4, vocab_size=len(tokenizer), n_positions=64))
+    stock.save_pretrained(tmp_path / "stock")
+    tokenizer.save_pretrained(tmp_path / "stock")
+    (tmp_path / "text.txt").write_text(text)
+    code = main(
+        [
+            "prune",
+            str(tmp_path / "stock"),
+            str(tmp_path / "pruned"),
+            "--strategy",
+            "entropy",
+            "--fraction",
+            "0.25",
+            "--text-file",
+            str(tmp_path / "text.txt"),
+            "--seq-len",
+            "16",
+            "--batches",
+            "2",
+        ]
+    )
+    assert code == 0
+    pruned = GatedGPT2LMHeadModel.from_pretrained(tmp_path / "pruned")
+    assert sum(len(v) for v in pruned.config.pruned_heads.values()) == 4
+    assert sum(a.num_heads for a in pruned.gated_attentions) == 12
+    assert AutoTokenizer.from_pretrained(tmp_path / "pruned")("To be")["input_ids"] == tokenizer("To be")["input_ids"]
+    assert (
+        main(["prune", str(tmp_path / "stock"), str(tmp_path / "x"), "--strategy", "entropy", "--fraction", "0.5"]) == 2
+    )
