@@ -258,6 +258,8 @@ class SentinelControllerCallback(TrainerCallback, ExportableState):
         changed = max(((a.gates() - b).abs().max().item() for a, b in zip(attns, before) if a.num_heads), default=0.0)
         config = _unwrap(model).config
         self.last_report = {
+            **{f"sentinel/L{i}/entropy": float(e.mean()) for i, e in enumerate(entropies) if e is not None},
+            **{f"sentinel/L{i}/gate_grad": float(g.mean()) for i, g in enumerate(grads or []) if len(g)},
             "sentinel/controller_lr": lr,
             "sentinel/masked_heads": float(sum(int((a.sentinel_head_mask == 0).sum()) for a in attns)),
             "sentinel/pruned_heads": float(sum(len(v) for v in config.pruned_heads.values())),

@@ -159,11 +159,16 @@ def test_entropy_measurement_matches_manual_softmax(gpt2_dir):
     torch.testing.assert_close(attn.last_entropy, torch.stack(expected))
 
 
-def test_gate_statistics_reach_mechanism_stats(gpt2_dir):
-    model = GatedGPT2LMHeadModel.from_pretrained(gpt2_dir).train()
-    batch = lm_batch()
-    model.transformer.h[1].attn.sentinel_head_mask[2] = 0.0
-    model(**batch, labels=lm_labels(batch))
+def test_gate_values_reach_mechanism_stats_by_original_head(gpt2_dir):
+    model = GatedGPT2LMHeadModel.from_pretrained(gpt2_dir)
+    model.prune_heads({1: [0]})
+    model.transformer.h[1].attn.sentinel_head_mask[1] = 0.0  # original head 2
     stats = model.mechanism_stats(split="train")
-    assert stats["sentinel/L0/gate_mean"] == pytest.approx(1.0)
-    assert stats["sentinel/L1/active_heads"] == 3
+    assert stats["sentinel/L0/gate_h0"] == 1.0
+    assert "sentinel/L1/gate_h0" not in stats and stats["sentinel/L1/gate_h2"] == 0.0
+    assert (stats["sentinel/heads_active"], stats["sentinel/heads_masked"], stats["sentinel/heads_pruned"]) == (
+        14.0,
+        1.0,
+        1.0,
+    )
+    assert model.mechanism_stats(split="eval") == {}

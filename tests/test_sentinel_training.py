@@ -9,6 +9,7 @@ from gpt2_fixtures import build_stock_gpt2, lm_batch, lm_labels
 from transformers import Trainer, TrainingArguments
 
 from interlayer import GatedGPT2LMHeadModel
+from interlayer.callbacks import MechanismStatsCallback
 from interlayer.sentinel import (
     ProgressiveGrowthCallback,
     SentinelControllerCallback,
@@ -122,10 +123,12 @@ def test_controller_runs_in_the_trainer_and_survives_resume(model, tmp_path):
     )
     controller = SentinelControllerCallback(warmup_steps=0, update_frequency=1, entropy_threshold=0.0)
     trainer = Trainer(model=model, args=args, train_dataset=rows(), callbacks=[controller])
+    MechanismStatsCallback.attach(trainer)
     trainer.train()
     assert controller.updates == 4
     logged = [r for r in trainer.state.log_history if "sentinel/controller_lr" in r]
-    assert logged
+    assert logged and "sentinel/L2/entropy" in logged[0] and "sentinel/L2/gate_grad" in logged[0]
+    assert "sentinel/L3/gate_h1" in logged[0] and logged[0]["sentinel/heads_active"] == 16
     saved = json.loads((tmp_path / "run" / "checkpoint-2" / "trainer_state.json").read_text())
     assert saved["stateful_callbacks"]["SentinelControllerCallback"]["attributes"]["updates"] == 2
     fresh = SentinelControllerCallback(warmup_steps=0, update_frequency=1, entropy_threshold=0.0)

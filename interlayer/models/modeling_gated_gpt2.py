@@ -35,7 +35,7 @@ from transformers.pytorch_utils import Conv1D
 from transformers.utils.generic import can_return_tuple
 
 from .configuration_gated_gpt2 import GatedGPT2Config
-from .zoo_common import StatsAccumulator, ZooModelMixin
+from .zoo_common import ZooModelMixin
 
 
 class GatedGPT2Attention(GPT2Attention):
@@ -219,12 +219,19 @@ class GatedGPT2PreTrainedMixin(ZooModelMixin):
             "`unet_*`."
         )
 
-    def _record_gate_stats(self, stats: StatsAccumulator) -> None:
+    def mechanism_state(self) -> dict[str, float]:
+        """Every gate by layer and original head (`sentinel/L3/gate_h5`), and head counts."""
+        out = {}
+        masked = 0
         for attn in self.gated_attentions:
-            if attn.num_heads:
-                gates = attn.gates().detach()
-                stats.add(f"sentinel/L{attn.layer_idx}/gate_mean", gates.mean())
-                stats.add(f"sentinel/L{attn.layer_idx}/active_heads", (gates > 0).sum().float())
+            gates = attn.gates().detach().float().cpu().tolist()
+            for head, value in zip(attn.head_ids.tolist(), gates):
+                out[f"sentinel/L{attn.layer_idx}/gate_h{head}"] = value
+            masked += int((attn.sentinel_head_mask == 0).sum())
+        out["sentinel/heads_active"] = float(sum(a.num_heads for a in self.gated_attentions) - masked)
+        out["sentinel/heads_masked"] = float(masked)
+        out["sentinel/heads_pruned"] = float(sum(len(v) for v in self.config.pruned_heads.values()))
+        return out
 
 
 class GatedGPT2Model(GatedGPT2PreTrainedMixin, GPT2Model):
@@ -320,7 +327,6 @@ class GatedGPT2LMHeadModel(GatedGPT2PreTrainedMixin, GPT2PreTrainedModel, Genera
         PreTrainedModel.__init__(self, config)
         self.transformer = GatedGPT2Model(config)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
-        self.stats = StatsAccumulator()
         self.post_init()
 
     def gate_l1(self) -> torch.Tensor:
@@ -362,8 +368,6 @@ class GatedGPT2LMHeadModel(GatedGPT2PreTrainedMixin, GPT2PreTrainedModel, Genera
             lm_loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **loss_kwargs)
             l1 = self.config.gate_l1 * self.gate_l1()
             loss = lm_loss + l1
-        if self.training or labels is not None:
-            self._record_gate_stats(self.stats)
         return GatedCausalLMOutput(
             loss=loss,
             logits=logits,

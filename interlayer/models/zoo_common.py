@@ -166,12 +166,18 @@ class ZooModelMixin:
         """Statistics gathered since the last reset, averaged over forward passes, as `{name: float}`.
 
         `split="train"` reads the forwards made in training mode, `split="eval"` those made in eval mode (names
-        without their `eval/` prefix), `None` both. Reading resets what it read unless `reset=False`."""
-        out = {}
+        without their `eval/` prefix), `None` both. Reading resets what it read unless `reset=False`. Training and
+        unsplit reads also include `mechanism_state()`."""
+        out = {} if split == "eval" else dict(self.mechanism_state())
         for module in self.modules():
             if isinstance(module, StatsAccumulator):
                 out.update(module.read(reset=reset, split=split))
         return out
+
+    def mechanism_state(self) -> dict[str, float]:
+        """Instantaneous values of the mechanism (for example gate parameters) that belong in every training log;
+        a mechanism overrides it. Forward-pass statistics go through `StatsAccumulator` instead."""
+        return {}
 
     def parameter_report(self) -> dict[str, int | float]:
         mech = set(self.mechanism_parameter_names())
