@@ -172,3 +172,29 @@ def test_gate_values_reach_mechanism_stats_by_original_head(gpt2_dir):
         1.0,
     )
     assert model.mechanism_stats(split="eval") == {}
+
+
+def test_prune_masked_heads_removes_what_the_controller_switched_off(gpt2_dir):
+    model = GatedGPT2LMHeadModel.from_pretrained(gpt2_dir, identity_init=False).eval()
+    batch = lm_batch()
+    model.transformer.h[0].attn.sentinel_head_mask[[0, 2]] = 0.0
+    model.transformer.h[3].attn.sentinel_head_mask[1] = 0.0
+    with torch.no_grad():
+        masked = model(**batch).logits
+        assert model.prune_masked_heads() == {0: [0, 2], 3: [1]}
+        torch.testing.assert_close(model(**batch).logits, masked)
+    assert model.prune_masked_heads() == {}
+
+
+def test_cli_converts_stock_gpt2_as_a_causal_lm(gpt2_dir, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from interlayer.cli import main
+
+    assert (
+        main(["convert", gpt2_dir, str(tmp_path / "out"), "--mechanism", "sentinel", "--set", "unet_skips=true"]) == 0
+    )
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "out")
+    assert type(loaded) is GatedGPT2LMHeadModel and loaded.config.unet_skips
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert 'pipeline_tag: "text-generation"' in card

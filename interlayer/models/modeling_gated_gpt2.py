@@ -207,6 +207,16 @@ class GatedGPT2PreTrainedMixin(ZooModelMixin):
             attn.prune(list(layer_heads))
             self.config.pruned_heads[layer] = sorted(set(self.config.pruned_heads.get(layer, [])) | set(layer_heads))
 
+    def prune_masked_heads(self) -> dict[int, list[int]]:
+        """Structurally remove every head whose mask is 0 (switched off by the controller); returns them."""
+        masked = {
+            attn.layer_idx: [h for h, m in zip(attn.head_ids.tolist(), attn.sentinel_head_mask.tolist()) if m == 0]
+            for attn in self.gated_attentions
+        }
+        masked = {layer: heads for layer, heads in masked.items() if heads}
+        self.prune_heads(masked)
+        return masked
+
     def mechanism_summary(self) -> str:
         c = self.config
         pruned = sum(len(v) for v in c.pruned_heads.values())
