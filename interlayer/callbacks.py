@@ -2,13 +2,31 @@
 
 from __future__ import annotations
 
+import inspect
+
 from transformers import Trainer, TrainerCallback
+from transformers.trainer_callback import ExportableState
 
 
 def _unwrap(model):
     while hasattr(model, "module"):
         model = model.module
     return model
+
+
+class ResumableCallback(TrainerCallback, ExportableState):
+    """A callback whose constructor arguments and the attributes named in `resumable_attributes` are saved in
+    Trainer checkpoints, and restored on resume (`restore_callback_states_from_checkpoint=True`). Constructor
+    arguments must be stored under their own names."""
+
+    resumable_attributes: tuple[str, ...] = ()
+
+    def state(self) -> dict:
+        names = [p for p in inspect.signature(type(self).__init__).parameters if p != "self"]
+        return {
+            "args": {name: getattr(self, name) for name in names},
+            "attributes": {name: getattr(self, name) for name in self.resumable_attributes},
+        }
 
 
 def add_to_logs(state, logs: dict, values: dict) -> None:

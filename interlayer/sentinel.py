@@ -9,10 +9,8 @@ import zlib
 from collections.abc import Iterable
 
 import torch
-from transformers import TrainerCallback
-from transformers.trainer_callback import ExportableState
 
-from .callbacks import _unwrap, add_to_logs
+from .callbacks import ResumableCallback, _unwrap, add_to_logs
 
 STRATEGIES = ("entropy", "magnitude", "random", "importance")
 
@@ -136,7 +134,7 @@ def prune_by_strategy(model, fraction, strategy, batches=None, seed=0) -> dict[i
     return chosen
 
 
-class SentinelControllerCallback(TrainerCallback, ExportableState):
+class SentinelControllerCallback(ResumableCallback):
     """The seed's controller (section 3): every `update_frequency` steps after `warmup_steps`, move gate logits
     from live metrics. Heads whose attention entropy exceeds `entropy_threshold` lose `entropy_step * lr`; heads
     whose mean |gradient| of the gate logit since the last update is below `grad_threshold` lose
@@ -148,6 +146,8 @@ class SentinelControllerCallback(TrainerCallback, ExportableState):
     `plateau_tolerance`. The state (accumulated gradients, update and plateau counters) is saved in Trainer
     checkpoints and restored on resume when `TrainingArguments(restore_callback_states_from_checkpoint=True)`.
     """
+
+    resumable_attributes = ("grad_sums", "grad_count", "updates", "plateau_count")
 
     def __init__(
         self,
@@ -191,11 +191,6 @@ class SentinelControllerCallback(TrainerCallback, ExportableState):
         self.updates = 0
         self.plateau_count = 0
         self.last_report: dict[str, float] = {}
-
-    def state(self) -> dict:
-        args = {k: getattr(self, k) for k in self.__init__.__code__.co_varnames[1 : self.__init__.__code__.co_argcount]}
-        attributes = {k: getattr(self, k) for k in ("grad_sums", "grad_count", "updates", "plateau_count")}
-        return {"args": args, "attributes": attributes}
 
     def current_lr(self, step: int) -> float:
         return max(self.lr_floor, self.learning_rate * self.lr_decay ** (step // self.lr_decay_every))
@@ -288,12 +283,14 @@ class SentinelControllerCallback(TrainerCallback, ExportableState):
             add_to_logs(state, logs, self.last_report)
 
 
-class ProgressiveGrowthCallback(TrainerCallback, ExportableState):
+class ProgressiveGrowthCallback(ResumableCallback):
     """Progressive growth (seed section 6): start with only `start_active` of the heads switched on (the most
     important ones by |dL/d mask| on `score_batches` batches), and at the end of every epoch switch on another
     `grow_per_epoch` of all heads, the inactive heads whose |dL/d mask| at mask 0 is largest, until
     `target_active` are on. A grown head starts at mask `initial_scale` and ramps linearly to 1 over
     `warmup_steps` steps."""
+
+    resumable_attributes = ("warming", "started")
 
     def __init__(
         self,
@@ -319,10 +316,6 @@ class ProgressiveGrowthCallback(TrainerCallback, ExportableState):
         self.score_batches = score_batches
         self.warming: list[list[int]] = []  # [layer, head position, start step]
         self.started = False
-
-    def state(self) -> dict:
-        args = {k: getattr(self, k) for k in self.__init__.__code__.co_varnames[1 : self.__init__.__code__.co_argcount]}
-        return {"args": args, "attributes": {"warming": self.warming, "started": self.started}}
 
     def _batches(self, dataloader, model):
         device = next(model.parameters()).device
