@@ -54,6 +54,11 @@ def pool_tokens(hidden: torch.Tensor, token_mask: torch.Tensor, mode: str) -> to
     return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1.0)
 
 
+def per_source(x: torch.Tensor, k: int) -> torch.Tensor:
+    """Repeat each example's tensor once per routed source (B, ...) -> (B * k, ...); no copy at top-1."""
+    return x if k == 1 else x.repeat_interleave(k, dim=0)
+
+
 def inverse_softplus(value: float) -> float:
     return value + math.log(-math.expm1(-value))
 
@@ -262,7 +267,7 @@ class BridgeBlock(nn.Module):
         batch = hidden.shape[0]
         heads, head_dim = attention.num_attention_heads, attention.attention_head_size
         query = attention.query(hidden).view(batch, seq, heads, head_dim).transpose(1, 2)
-        query = query.repeat_interleave(n // batch, dim=0)
+        query = per_source(query, n // batch)
         if source_kv is None:
             key, value = attention.key(sources), attention.value(sources)
         else:
@@ -287,7 +292,7 @@ class BridgeBlock(nn.Module):
         route_weight / route_index (B, k). Returns the injection (B, S, H) and the auxiliary loss (0-d)."""
         batch, k = route_weight.shape
         flat_sources = sources.flatten(0, 1)
-        key_mask = token_mask.repeat_interleave(k, dim=0)
+        key_mask = per_source(token_mask, k)
         weight = route_weight.reshape(batch, k, 1, 1).to(hidden.dtype)
 
         def mix(per_source: torch.Tensor) -> torch.Tensor:
@@ -301,9 +306,9 @@ class BridgeBlock(nn.Module):
                 ctx_qkv = self.norm_attn(ctx_qkv)
             contributions.append(("qkv", self.gate(self.alpha_attn), ctx_qkv))
         if self.use_hdim:
-            z_tgt = self.hdim.project(hidden, source=False).repeat_interleave(k, dim=0)
-            h_tgt = hidden.repeat_interleave(k, dim=0)
-            allowed = allowed_pairs.repeat_interleave(k, dim=0)
+            z_tgt = per_source(self.hdim.project(hidden, source=False), k)
+            h_tgt = per_source(hidden, k)
+            allowed = per_source(allowed_pairs, k)
             message, entropy = self.hdim(z_tgt, h_tgt, flat_sources, allowed)
             msg_hdim = mix(message)
             if self.post_norm:
