@@ -22,7 +22,7 @@ from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.generation import GenerationMixin
 from transformers.masking_utils import create_causal_mask
-from transformers.modeling_outputs import ModelOutput
+from transformers.modeling_outputs import BaseModelOutputWithPast, ModelOutput
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.gpt2.modeling_gpt2 import (
     GPT2Attention,
@@ -271,8 +271,6 @@ class GatedGPT2Model(GatedGPT2PreTrainedMixin, GPT2Model):
         return_dict: bool | None = None,
         **kwargs,
     ):
-        from transformers.modeling_outputs import BaseModelOutputWithPast
-
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
         if kwargs.pop("output_attentions", None):
