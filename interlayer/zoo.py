@@ -11,6 +11,7 @@ from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSequenceCl
 
 from .models.configuration_bridge import BertBridgeConfig, RobertaBridgeConfig
 from .models.configuration_gated_gpt2 import GatedGPT2Config
+from .models.configuration_hyper_connections import LlamaMHCConfig, Qwen3MHCConfig
 from .models.modeling_bridge import (
     BertBridgeForSequenceClassification,
     BertBridgeModel,
@@ -18,6 +19,7 @@ from .models.modeling_bridge import (
     RobertaBridgeModel,
 )
 from .models.modeling_gated_gpt2 import GatedGPT2LMHeadModel, GatedGPT2Model
+from .models.modeling_hyper_connections import LlamaMHCForCausalLM, LlamaMHCModel, Qwen3MHCForCausalLM, Qwen3MHCModel
 from .models.zoo_common import check_choice
 
 
@@ -52,6 +54,10 @@ ZOO: tuple[ZooEntry, ...] = (
     ),
     ZooEntry("sentinel", "gpt2", "base", GatedGPT2Config, GatedGPT2Model, AutoModel),
     ZooEntry("sentinel", "gpt2", "causal-lm", GatedGPT2Config, GatedGPT2LMHeadModel, AutoModelForCausalLM),
+    ZooEntry("hyper-connections", "qwen3", "base", Qwen3MHCConfig, Qwen3MHCModel, AutoModel),
+    ZooEntry("hyper-connections", "qwen3", "causal-lm", Qwen3MHCConfig, Qwen3MHCForCausalLM, AutoModelForCausalLM),
+    ZooEntry("hyper-connections", "llama", "base", LlamaMHCConfig, LlamaMHCModel, AutoModel),
+    ZooEntry("hyper-connections", "llama", "causal-lm", LlamaMHCConfig, LlamaMHCForCausalLM, AutoModelForCausalLM),
 )
 
 TASKS = sorted({e.task for e in ZOO})

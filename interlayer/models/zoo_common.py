@@ -6,6 +6,7 @@ This file sits in the same folder as the configuration and modeling files that i
 """
 
 import dataclasses
+import itertools
 import json
 import os
 from typing import Any, ClassVar
@@ -109,8 +110,9 @@ def _in_split(name: str, split: str | None) -> bool:
 class StatsAccumulator(nn.Module):
     """Running sums of scalar statistics, kept on the model's device (no host sync in the forward pass).
 
-    A mechanism calls `add(name, value)` with 0-d or 1-d tensors during forward; `read()` averages over the
-    forwards since the last reset and returns plain floats (a 1-d statistic `x` becomes `x_0`, `x_1`, ...).
+    A mechanism calls `add(name, value)` with tensors of fixed shape during forward; `read()` averages over the
+    forwards since the last reset and returns plain floats (a 1-d statistic `x` becomes `x_0`, `x_1`, ...; a 2-d
+    one `x_0_0`, `x_0_1`, ...).
     Forwards in eval mode are kept apart under the prefix `eval/`. Nothing here is saved with the model.
     """
 
@@ -140,8 +142,8 @@ class StatsAccumulator(nn.Module):
             if mean.ndim == 0:
                 out[name] = mean.item()
             else:
-                for i, v in enumerate(mean.tolist()):
-                    out[f"{name}_{i}"] = v
+                for index, v in zip(itertools.product(*map(range, mean.shape)), mean.flatten().tolist()):
+                    out[f"{name}_{'_'.join(map(str, index))}"] = v
             if reset:
                 key = EVAL_PREFIX + name if split == "eval" else name
                 del self._sums[key], self._counts[key]

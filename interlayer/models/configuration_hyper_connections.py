@@ -1,0 +1,104 @@
+"""Configuration of hyper-connections and manifold-constrained hyper-connections (seed 002) on Qwen3 and Llama."""
+
+import dataclasses
+from typing import Literal
+
+from huggingface_hub.dataclasses import strict
+from transformers import LlamaConfig, Qwen3Config
+
+from .zoo_common import ZooConfigFields, ZooConfigMixin, check_choice, check_range
+
+HC_MODES = ("static", "dynamic", "mhc")
+
+
+@dataclasses.dataclass(kw_only=True)
+class HyperConnectionFields(ZooConfigFields):
+    r"""
+    Hyper-connection options (seed 002). The residual stream becomes `hc_streams` full-width streams
+    `h = (h_1 .. h_K)`; every attention and MLP sublayer reads, writes and mixes them:
+    `h' = H_res h + H_post^T F(H_pre h)`.
+
+    Args:
+        hc_streams (`int`, defaults to 4): number of residual streams K (each of the full hidden size, so stock
+            weights fit). The embedding is copied into every stream; a learned read-out (starting at the mean)
+            collapses them before the final norm.
+        hc_mode (`str`, defaults to `"mhc"`): `"static"` (HC paper, static coefficients), `"dynamic"` (HC paper,
+            `w = s * tanh(Linear(norm(h_k))) + w` per stream) or `"mhc"` (manifold-constrained: `H_pre = sigmoid`,
+            `H_post = 2 sigmoid`, `H_res = Sinkhorn-Knopp(exp(.))`).
+        mhc_dynamic (`bool`, defaults to `True`): in `"mhc"` mode, add the input-dependent part computed from the
+            RMS-normalised flattened streams (mHC paper); `False` keeps mHC static.
+        hc_dynamic_tanh (`bool`, defaults to `True`): in `"dynamic"` mode, squash the input-dependent part with tanh
+            (the HC paper reports that leaving it out is sometimes better).
+        hc_dynamic_scale_init (`float`, defaults to 0.01): initial value of the learned scales `s` of the
+            input-dependent parts (their projections start at zero, so the coefficients start static).
+        sinkhorn_iters (`int`, defaults to 20): Sinkhorn-Knopp iterations for `H_res` in `"mhc"` mode (each one
+            normalises columns then rows, so rows sum to 1 exactly).
+        hc_read_in_focus (`float`, *optional*): share of each sublayer's read-in placed on stream `l mod K` (the rest
+            spread evenly), which breaks the symmetry between streams without changing the function. Defaults to 1
+            (one-hot, the HC paper) in `"static"`/`"dynamic"` mode and 0.5 in `"mhc"` mode, where a sigmoid cannot
+            reach 0 or 1.
+        hc_init_noise (`float`, defaults to 0.0): standard deviation of Gaussian noise added to the raw static
+            coefficients at initialisation (the seed's symmetry breaking); anything above 0 breaks the equality with
+            the stock model.
+        freeze_base (`bool`, defaults to `True`): train only the hyper-connection parameters, as the seed does.
+        identity_init (`bool`, defaults to `True`): choose raw coefficients whose constrained values make the model
+            compute the stock function (read-in sums to 1, write 1, mixing rows sum to 1, read-out the mean).
+            `False` uses the seed's raw initialisation (read-in 1/K, write 1, mixing identity), which in `"mhc"` mode
+            writes every sublayer output scaled by `2 * sigmoid(1)` (about 1.46) into the streams.
+    """
+
+    hc_streams: int = 4
+    hc_mode: Literal["static", "dynamic", "mhc"] = "mhc"
+    mhc_dynamic: bool = True
+    hc_dynamic_tanh: bool = True
+    hc_dynamic_scale_init: float | int = 0.01
+    sinkhorn_iters: int = 20
+    hc_read_in_focus: float | int | None = None
+    hc_init_noise: float | int = 0.0
+    freeze_base: bool = True
+
+    def validate_hyper_connections(self):
+        check_range("hc_streams", self.hc_streams, 1)
+        check_choice("hc_mode", self.hc_mode, HC_MODES)
+        check_range("sinkhorn_iters", self.sinkhorn_iters, 1)
+        check_range("hc_read_in_focus", self.hc_read_in_focus, 0, 1, allow_none=True)
+        check_range("hc_init_noise", self.hc_init_noise, 0)
+        if self.hc_mode == "mhc" and self.identity_init:
+            if self.hc_streams == 1:
+                raise ValueError(
+                    "`identity_init=True` with `hc_mode='mhc'` needs `hc_streams` >= 2: with one stream the read-in "
+                    "is sigmoid(w), which never equals 1. Use hc_streams >= 2, another hc_mode or identity_init=False."
+                )
+            if self.read_in_focus == 1:
+                raise ValueError(
+                    "`hc_read_in_focus` must be < 1 with `hc_mode='mhc'` and `identity_init=True` (a sigmoid read-in "
+                    f"cannot be one-hot), got {self.hc_read_in_focus!r}."
+                )
+
+    @property
+    def read_in_focus(self) -> float:
+        """`hc_read_in_focus` with its mode-dependent default resolved."""
+        if self.hc_read_in_focus is not None:
+            return float(self.hc_read_in_focus)
+        return 0.5 if self.hc_mode == "mhc" else 1.0
+
+
+@strict
+class Qwen3MHCConfig(ZooConfigMixin, Qwen3Config, HyperConnectionFields):
+    r"""Configuration of [`Qwen3MHCModel`]: every [`Qwen3Config`] field plus the options of
+    [`HyperConnectionFields`]. Converts checkpoints of model_type `qwen3`."""
+
+    model_type = "qwen3_mhc"
+    stock_model_types = ("qwen3",)
+
+
+@strict
+class LlamaMHCConfig(ZooConfigMixin, LlamaConfig, HyperConnectionFields):
+    r"""Configuration of [`LlamaMHCModel`]: every [`LlamaConfig`] field plus the options of
+    [`HyperConnectionFields`]. Converts checkpoints of model_type `llama` (SmolLM2, Llama 2/3, ...)."""
+
+    model_type = "llama_mhc"
+    stock_model_types = ("llama",)
+
+
+__all__ = ["HC_MODES", "HyperConnectionFields", "LlamaMHCConfig", "Qwen3MHCConfig"]

@@ -1,0 +1,430 @@
+"""Hyper-connections (HC) and manifold-constrained hyper-connections (mHC) for Qwen3 and Llama (seed 002).
+
+The residual stream of a stock decoder becomes K full-width streams `h` of shape `[batch, seq, K, hidden]`. Around
+every attention and MLP sublayer `F` (its stock pre-norm included):
+
+    x  = sum_k H_pre[k] h_k                          read-in
+    h' = H_res h + H_post^T F(x)                     h'_i = sum_j H_res[i, j] h_j + H_post[i] F(x)
+
+with static coefficients (`hc_mode="static"`), coefficients plus an input-dependent part
+`s * tanh(Linear(RMSNorm(h_k)))` computed per stream (`"dynamic"`, HC paper), or the manifold-constrained form
+`H_pre = sigmoid(.)`, `H_post = 2 sigmoid(.)`, `H_res = Sinkhorn-Knopp(exp(.))`, whose input-dependent part is a
+linear map of the RMS-normalised flattened streams (`"mhc"`, mHC paper). Coefficients and the Sinkhorn projection
+are computed in fp32, also under bf16 autocast. The embedding output is copied into every stream, and a learned
+read-out `sum_k r_k h_k` (starting at the mean) feeds the stock final norm.
+
+With `identity_init=True` the streams stay equal until trained (read-in sums to 1, every stream receives `F(x)`, the
+rows of `H_res` sum to 1), so the converted model computes the stock function in every mode.
+"""
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+from transformers import initialization as init
+from transformers.cache_utils import Cache, DynamicCache
+from transformers.generation import GenerationMixin
+from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
+from transformers.modeling_outputs import BaseModelOutputWithPast
+from transformers.modeling_utils import PreTrainedModel
+from transformers.models.llama.modeling_llama import (
+    LlamaAttention,
+    LlamaDecoderLayer,
+    LlamaForCausalLM,
+    LlamaModel,
+    LlamaRMSNorm,
+    LlamaRotaryEmbedding,
+)
+from transformers.models.qwen3.modeling_qwen3 import (
+    Qwen3Attention,
+    Qwen3DecoderLayer,
+    Qwen3ForCausalLM,
+    Qwen3Model,
+    Qwen3RMSNorm,
+    Qwen3RotaryEmbedding,
+)
+from transformers.utils.generic import merge_with_config_defaults
+from transformers.utils.output_capturing import capture_outputs
+
+from .configuration_hyper_connections import LlamaMHCConfig, Qwen3MHCConfig
+from .zoo_common import StatsAccumulator, ZooModelMixin
+
+COEFFICIENT_EPS = 1e-6
+MHC_RES_DIAGONAL = 4.0  # raw diagonal of H_res at identity_init in mHC mode (about 0.95 on the diagonal at K=4)
+SUBLAYERS = ("attn", "mlp")
+
+
+def sinkhorn_knopp(logits: torch.Tensor, iters: int) -> torch.Tensor:
+    """Project `exp(logits)` (`[..., K, K]`) towards the doubly-stochastic matrices: `iters` rounds of column then
+    row normalisation, so rows sum to 1 to rounding; shifted by the maximum first, which changes nothing but
+    overflow."""
+    m = torch.exp(logits - logits.amax(dim=(-2, -1), keepdim=True))
+    for _ in range(iters):
+        m = m / m.sum(dim=-2, keepdim=True)
+        m = m / m.sum(dim=-1, keepdim=True)
+    return m
+
+
+def _rms_scale(x: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
+    return torch.rsqrt(x.pow(2).mean(dim=dims, keepdim=True) + COEFFICIENT_EPS)
+
+
+class HyperConnection(nn.Module):
+    """Read-in, write and mixing coefficients around one sublayer (attention or MLP) of one decoder layer."""
+
+    def __init__(self, config, layer_idx: int, sublayer: str):
+        super().__init__()
+        k = config.hc_streams
+        self.layer_idx, self.sublayer = layer_idx, sublayer
+        self.mode = config.hc_mode
+        self.streams = k
+        self.sinkhorn_iters = config.sinkhorn_iters
+        self.pre = nn.Parameter(torch.empty(k))
+        self.post = nn.Parameter(torch.empty(k))
+        self.res = nn.Parameter(torch.empty(k, k))
+        self.dynamic = self.mode == "dynamic" or (self.mode == "mhc" and config.mhc_dynamic)
+        self.dynamic_tanh = self.mode == "dynamic" and config.hc_dynamic_tanh
+        if self.dynamic:
+            if self.mode == "dynamic":  # per stream: RMSNorm(h_k) -> (pre_k, post_k, res[:, k])
+                self.dynamic_proj = nn.Linear(config.hidden_size, k + 2, bias=False)
+            else:  # all streams at once: RMSNorm(flatten(h)) -> (pre, post, res)
+                self.dynamic_proj = nn.Linear(k * config.hidden_size, k * (k + 2), bias=False)
+            self.dynamic_scale = nn.Parameter(torch.empty(3))  # s_pre, s_post, s_res
+        self.stats = StatsAccumulator()
+
+    @torch.no_grad()
+    def reset_parameters(self, config) -> None:
+        """Raw coefficients per `config` (see `HyperConnectionFields.identity_init`), through
+        `transformers.initialization` so that loaded values are kept."""
+        k = self.streams
+        if config.identity_init:
+            focus = config.read_in_focus
+            pre = torch.full((k,), (1.0 - focus) / k)
+            pre[self.layer_idx % k] += focus
+            post, res = torch.ones(k), torch.eye(k)
+            if self.mode == "mhc":
+                pre, post, res = torch.logit(pre.double()).float(), torch.zeros(k), MHC_RES_DIAGONAL * torch.eye(k)
+        else:
+            pre, post, res = torch.full((k,), 1.0 / k), torch.ones(k), torch.eye(k)
+        if config.hc_init_noise > 0:
+            pre, post, res = (t + config.hc_init_noise * torch.randn_like(t) for t in (pre, post, res))
+        init.copy_(self.pre, pre)
+        init.copy_(self.post, post)
+        init.copy_(self.res, res)
+        if self.dynamic:
+            init.zeros_(self.dynamic_proj.weight)
+            init.constant_(self.dynamic_scale, float(config.hc_dynamic_scale_init))
+
+    def _dynamic_parts(self, streams: torch.Tensor):
+        k = self.streams
+        if self.mode == "dynamic":
+            # RMSNorm(h_k) @ W^T == (h_k @ W^T) * rsqrt(mean(h_k^2)): no normalised copy of the streams is kept
+            z = self.dynamic_proj(streams) * _rms_scale(streams, (-1,))
+            if self.dynamic_tanh:
+                z = torch.tanh(z)
+            return z[..., 0], z[..., 1], z[..., 2:].transpose(-1, -2)
+        flat = streams.flatten(-2)
+        z = self.dynamic_proj(flat) * _rms_scale(flat, (-1,))
+        return z[..., :k], z[..., k : 2 * k], z[..., 2 * k :].unflatten(-1, (k, k))
+
+    def coefficients(self, streams: torch.Tensor):
+        """`(H_pre [..., K], H_post [..., K], H_res [..., K, K])`: shapes `[K]` when static, `[batch, seq, K]`
+        when input-dependent. Computed in fp32 and returned in the streams' dtype."""
+        with torch.autocast(device_type=streams.device.type, enabled=False):
+            pre, post, res = self.pre.float(), self.post.float(), self.res.float()
+            if self.dynamic:
+                d_pre, d_post, d_res = self._dynamic_parts(streams.float())
+                scale = self.dynamic_scale.float()
+                pre, post, res = pre + scale[0] * d_pre, post + scale[1] * d_post, res + scale[2] * d_res
+            if self.mode == "mhc":
+                pre, post = torch.sigmoid(pre), 2.0 * torch.sigmoid(post)
+                if self.dynamic and torch.is_grad_enabled():  # recompute the iterations in backward, save only logits
+                    res = checkpoint(sinkhorn_knopp, res, self.sinkhorn_iters, use_reentrant=False)
+                else:
+                    res = sinkhorn_knopp(res, self.sinkhorn_iters)
+        dtype = streams.dtype
+        return pre.to(dtype), post.to(dtype), res.to(dtype)
+
+    def forward(self, streams: torch.Tensor, sublayer) -> torch.Tensor:
+        """`h' = H_res h + H_post^T sublayer(H_pre h)` for streams `[batch, seq, K, hidden]`."""
+        pre, post, res = self.coefficients(streams)
+        self._record(pre, post, res)
+        out = sublayer(torch.einsum("...kd,...k->...d", streams, pre))
+        mixed = torch.matmul(res, streams)
+        return mixed.addcmul_(post.unsqueeze(-1), out.unsqueeze(-2))
+
+    def _record(self, pre, post, res) -> None:
+        name = f"hc/L{self.layer_idx}/{self.sublayer}"
+        if pre.dim() > 1:
+            pre, post, res = pre.flatten(0, -2).mean(0), post.flatten(0, -2).mean(0), res.flatten(0, -3).mean(0)
+        self.stats.add(f"{name}/pre", pre)
+        self.stats.add(f"{name}/post", post)
+        self.stats.add(f"{name}/res", res)
+
+
+class HCDecoderLayerMixin:
+    """A stock decoder layer whose two residual connections are hyper-connections (put before the stock class)."""
+
+    def __init__(self, config, layer_idx: int):
+        super().__init__(config, layer_idx)
+        self.hc_attn = HyperConnection(config, layer_idx, "attn")
+        self.hc_mlp = HyperConnection(config, layer_idx, "mlp")
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
+        use_cache: bool | None = False,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
+        **kwargs,
+    ) -> torch.Tensor:
+        def attention(x):
+            return self.self_attn(
+                hidden_states=self.input_layernorm(x),
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                past_key_values=past_key_values,
+                use_cache=use_cache,
+                position_embeddings=position_embeddings,
+                **kwargs,
+            )[0]
+
+        streams = self.hc_attn(hidden_states, attention)
+        return self.hc_mlp(streams, lambda x: self.mlp(self.post_attention_layernorm(x)))
+
+
+class Qwen3MHCDecoderLayer(HCDecoderLayerMixin, Qwen3DecoderLayer):
+    pass
+
+
+class LlamaMHCDecoderLayer(HCDecoderLayerMixin, LlamaDecoderLayer):
+    pass
+
+
+class HCPreTrainedMixin(ZooModelMixin):
+    """Init, freezing, statistics and card text shared by every hyper-connection model (put before the stock class)."""
+
+    mechanism_name = "Hyper-connections"
+    mechanism_param_markers = ("hc_",)
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if isinstance(module, HyperConnection):
+            module.reset_parameters(self.config)
+        elif isinstance(module, HCModelMixin):
+            init.constant_(module.hc_read_out, 1.0 / self.config.hc_streams)
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        """As the stock method; then applies `config.freeze_base` (loading resets `requires_grad`)."""
+        loaded = super().from_pretrained(*args, **kwargs)
+        (loaded[0] if isinstance(loaded, tuple) else loaded).apply_freeze_base()
+        return loaded
+
+    def apply_freeze_base(self) -> None:
+        """With `config.freeze_base`, only the hyper-connection parameters require gradients."""
+        mechanism = set(self.mechanism_parameter_names())
+        for name, param in self.named_parameters():
+            param.requires_grad_(name in mechanism or not self.config.freeze_base)
+
+    @property
+    def hyper_connections(self) -> list[HyperConnection]:
+        return [m for m in self.modules() if isinstance(m, HyperConnection)]
+
+    def mechanism_summary(self) -> str:
+        c = self.config
+        mode = {
+            "static": "static hyper-connections (HC paper)",
+            "dynamic": "dynamic hyper-connections (HC paper" + (", tanh" if c.hc_dynamic_tanh else ", no tanh") + ")",
+            "mhc": "manifold-constrained hyper-connections (mHC: sigmoid read-in, 2*sigmoid write, "
+            f"Sinkhorn-Knopp mixing with {c.sinkhorn_iters} iterations"
+            + (", input-dependent" if c.mhc_dynamic else ", static")
+            + ")",
+        }[c.hc_mode]
+        frozen = "Only the hyper-connection parameters train (`freeze_base`). " if c.freeze_base else ""
+        return (
+            f"{c.hc_streams} residual streams of full width with {mode} around every attention and MLP sublayer "
+            "(interlayer, seed 002): `h' = H_res h + H_post^T F(H_pre h)`. Stock weight names; the mechanism's tensors "
+            f"are named `hc_*`. {frozen}Log `mechanism_stats()` (or use `interlayer.callbacks.MechanismStatsCallback`) "
+            "to watch the coefficients and the composite residual gain across depth."
+        )
+
+    def mechanism_stats(self, reset: bool = True, split: str | None = None) -> dict[str, float]:
+        """Per layer and sublayer the mean `pre_k`, `post_k` and `res_i_j` since the last read, the largest absolute
+        row and column sums of `H_res`, and the composite residual gain across depth: the largest absolute row and
+        column sums of `H_res^(L) ... H_res^(1)` built from those means (`hc/amax_gain_row`, `hc/amax_gain_col`)."""
+        out = super().mechanism_stats(reset=reset, split=split)
+        k = self.config.hc_streams
+        for prefix in ("", "eval/") if split is None else ("",):
+            composite = torch.eye(k, dtype=torch.float64)
+            for hc in self.hyper_connections:
+                name = f"{prefix}hc/L{hc.layer_idx}/{hc.sublayer}/res"
+                if f"{name}_0_0" not in out:
+                    break
+                res = torch.tensor([[out[f"{name}_{i}_{j}"] for j in range(k)] for i in range(k)], dtype=torch.float64)
+                out[f"{name}_row_sum_max"] = res.abs().sum(1).max().item()
+                out[f"{name}_col_sum_max"] = res.abs().sum(0).max().item()
+                composite = res @ composite
+            else:
+                out[f"{prefix}hc/amax_gain_row"] = composite.abs().sum(1).max().item()
+                out[f"{prefix}hc/amax_gain_col"] = composite.abs().sum(0).max().item()
+        return out
+
+
+class HCModelMixin(HCPreTrainedMixin):
+    """The decoder stack with K residual streams: stock embeddings, layers, rotary embedding and final norm."""
+
+    decoder_layer_class: type
+    norm_class: type
+    rotary_class: type
+
+    def __init__(self, config):
+        PreTrainedModel.__init__(self, config)
+        self.padding_idx = config.pad_token_id
+        self.vocab_size = config.vocab_size
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, self.padding_idx)
+        self.layers = nn.ModuleList(
+            [self.decoder_layer_class(config, layer_idx) for layer_idx in range(config.num_hidden_layers)]
+        )
+        self.norm = self.norm_class(config.hidden_size, eps=config.rms_norm_eps)
+        self.rotary_emb = self.rotary_class(config=config)
+        self.hc_read_out = nn.Parameter(torch.empty(config.hc_streams))
+        self.gradient_checkpointing = False
+        self.has_sliding_layers = "sliding_attention" in (getattr(config, "layer_types", None) or ())
+        self.post_init()
+        self.apply_freeze_base()
+
+    def read_out(self, streams: torch.Tensor) -> torch.Tensor:
+        return torch.einsum("...kd,k->...d", streams, self.hc_read_out.to(streams.dtype))
+
+    def _causal_masks(self, **mask_kwargs) -> dict:
+        masks = {"full_attention": create_causal_mask(**mask_kwargs)}
+        if self.has_sliding_layers:
+            masks["sliding_attention"] = create_sliding_window_causal_mask(**mask_kwargs)
+        return masks
+
+    @merge_with_config_defaults
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPast:
+        """As the stock model; `hidden_states` (when asked for) are the read-outs of the streams after each layer."""
+        if (input_ids is None) ^ (inputs_embeds is not None):
+            raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)
+        if use_cache and past_key_values is None:
+            past_key_values = DynamicCache(config=self.config)
+        if position_ids is None:
+            past_seen_tokens = past_key_values.get_seq_length() if past_key_values is not None else 0
+            position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device) + past_seen_tokens
+            position_ids = position_ids.unsqueeze(0)
+        masks = attention_mask
+        if not isinstance(masks, dict):
+            masks = self._causal_masks(
+                config=self.config,
+                inputs_embeds=inputs_embeds,
+                attention_mask=attention_mask,
+                past_key_values=past_key_values,
+                position_ids=position_ids,
+            )
+        layer_types = getattr(self.config, "layer_types", None) or ["full_attention"] * self.config.num_hidden_layers
+        position_embeddings = self.rotary_emb(inputs_embeds, position_ids=position_ids)
+        streams = inputs_embeds.unsqueeze(-2).expand(*inputs_embeds.shape[:-1], self.config.hc_streams, -1)
+        all_hidden = [inputs_embeds] if output_hidden_states else None
+        for i, decoder_layer in enumerate(self.layers[: self.config.num_hidden_layers]):
+            streams = decoder_layer(
+                streams,
+                attention_mask=masks[layer_types[i]],
+                position_embeddings=position_embeddings,
+                position_ids=position_ids,
+                past_key_values=past_key_values,
+                use_cache=use_cache,
+                **kwargs,
+            )
+            if all_hidden is not None:
+                all_hidden.append(self.read_out(streams))
+        hidden_states = self.norm(self.read_out(streams))
+        if all_hidden is not None:
+            all_hidden[-1] = hidden_states
+        return BaseModelOutputWithPast(
+            last_hidden_state=hidden_states,
+            past_key_values=past_key_values,
+            hidden_states=tuple(all_hidden) if all_hidden is not None else None,
+        )
+
+
+class HCForCausalLMMixin(HCPreTrainedMixin):
+    """The stock causal-LM head on top of the hyper-connection decoder; stock forward and `generate()`."""
+
+    base_class: type
+
+    def __init__(self, config):
+        PreTrainedModel.__init__(self, config)
+        self.model = self.base_class(config)
+        self.vocab_size = config.vocab_size
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+        self.apply_freeze_base()
+
+
+class Qwen3MHCModel(HCModelMixin, Qwen3Model):
+    config_class = Qwen3MHCConfig
+    decoder_layer_class = Qwen3MHCDecoderLayer
+    norm_class = Qwen3RMSNorm
+    rotary_class = Qwen3RotaryEmbedding
+    _no_split_modules = ["Qwen3MHCDecoderLayer"]
+    _can_record_outputs = {"attentions": Qwen3Attention}
+
+
+class Qwen3MHCForCausalLM(HCForCausalLMMixin, Qwen3ForCausalLM, GenerationMixin):
+    config_class = Qwen3MHCConfig
+    base_class = Qwen3MHCModel
+    pipeline_tag = "text-generation"
+    _no_split_modules = ["Qwen3MHCDecoderLayer"]
+
+
+class LlamaMHCModel(HCModelMixin, LlamaModel):
+    config_class = LlamaMHCConfig
+    decoder_layer_class = LlamaMHCDecoderLayer
+    norm_class = LlamaRMSNorm
+    rotary_class = LlamaRotaryEmbedding
+    _no_split_modules = ["LlamaMHCDecoderLayer"]
+    _can_record_outputs = {"attentions": LlamaAttention}
+
+
+class LlamaMHCForCausalLM(HCForCausalLMMixin, LlamaForCausalLM, GenerationMixin):
+    config_class = LlamaMHCConfig
+    base_class = LlamaMHCModel
+    pipeline_tag = "text-generation"
+    _no_split_modules = ["LlamaMHCDecoderLayer"]
+
+
+for _config, _base, _lm in (
+    (Qwen3MHCConfig, Qwen3MHCModel, Qwen3MHCForCausalLM),
+    (LlamaMHCConfig, LlamaMHCModel, LlamaMHCForCausalLM),
+):
+    _config.register_for_auto_class()
+    _base.register_for_auto_class("AutoModel")
+    _lm.register_for_auto_class("AutoModelForCausalLM")
+
+__all__ = [
+    "HyperConnection",
+    "LlamaMHCForCausalLM",
+    "LlamaMHCModel",
+    "Qwen3MHCForCausalLM",
+    "Qwen3MHCModel",
+    "sinkhorn_knopp",
+]

@@ -1,0 +1,280 @@
+"""Hyper-connections: the equations against a loop-by-loop reference, Sinkhorn, fp32 coefficients, generation with
+the KV cache, freezing, the composite-gain statistics and why the read-in focus matters."""
+
+import pytest
+import torch
+from gpt2_fixtures import lm_batch, lm_labels
+from hc_fixtures import build_stock_llama, build_stock_qwen3
+
+from interlayer import LlamaMHCForCausalLM, Qwen3MHCForCausalLM
+from interlayer.models.modeling_hyper_connections import sinkhorn_knopp
+
+MODES = [
+    dict(hc_mode="static"),
+    dict(hc_mode="dynamic"),
+    dict(hc_mode="dynamic", hc_dynamic_tanh=False),
+    dict(hc_mode="mhc"),
+    dict(hc_mode="mhc", mhc_dynamic=False),
+]
+
+
+@pytest.fixture(scope="module")
+def stock_llama(tmp_path_factory):
+    folder = str(tmp_path_factory.mktemp("stock_llama"))
+    return folder, build_stock_llama(folder).eval()
+
+
+def randomised(folder, seed=0, **options):
+    """A converted model whose every hyper-connection parameter is random (so no equation is trivially satisfied)."""
+    model = LlamaMHCForCausalLM.from_pretrained(folder, **options).eval()
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "hc_" in name:
+                p.add_(0.3 * torch.randn(p.shape, generator=g))
+    return model
+
+
+# -- a loop-by-loop reference of the seed equations ------------------------------------------------------------------
+
+
+def reference_sinkhorn(m, iters):
+    """Sinkhorn-Knopp on a K x K list of lists of tensors: columns then rows, `iters` times."""
+    k = len(m)
+    m = [[torch.exp(v) for v in row] for row in m]
+    for _ in range(iters):
+        cols = [sum(m[i][j] for i in range(k)) for j in range(k)]
+        m = [[m[i][j] / cols[j] for j in range(k)] for i in range(k)]
+        rows = [sum(m[i][j] for j in range(k)) for i in range(k)]
+        m = [[m[i][j] / rows[i] for j in range(k)] for i in range(k)]
+    return m
+
+
+def reference_coefficients(hc, config, h):
+    """H_pre (list of K), H_post (list of K), H_res (K x K, [i][j] = weight of input stream j in output stream i),
+    each entry a `[batch, seq]` tensor, from the list of streams `h`."""
+    k = config.hc_streams
+    ones = torch.ones(h[0].shape[:-1])
+    pre = [hc.pre[i] * ones for i in range(k)]
+    post = [hc.post[i] * ones for i in range(k)]
+    res = [[hc.res[i, j] * ones for j in range(k)] for i in range(k)]
+    if hc.dynamic:
+        s_pre, s_post, s_res = hc.dynamic_scale
+        w = hc.dynamic_proj.weight
+        if config.hc_mode == "dynamic":
+            for j in range(k):
+                normed = h[j] / torch.sqrt((h[j] ** 2).mean(-1, keepdim=True) + 1e-6)
+                z = normed @ w.T
+                if config.hc_dynamic_tanh:
+                    z = torch.tanh(z)
+                pre[j] = pre[j] + s_pre * z[..., 0]
+                post[j] = post[j] + s_post * z[..., 1]
+                for i in range(k):
+                    res[i][j] = res[i][j] + s_res * z[..., 2 + i]
+        else:
+            flat = torch.cat(h, dim=-1)
+            z = (flat / torch.sqrt((flat**2).mean(-1, keepdim=True) + 1e-6)) @ w.T
+            for i in range(k):
+                pre[i] = pre[i] + s_pre * z[..., i]
+                post[i] = post[i] + s_post * z[..., k + i]
+                for j in range(k):
+                    res[i][j] = res[i][j] + s_res * z[..., 2 * k + i * k + j]
+    if config.hc_mode == "mhc":
+        pre = [torch.sigmoid(v) for v in pre]
+        post = [2 * torch.sigmoid(v) for v in post]
+        res = reference_sinkhorn(res, config.sinkhorn_iters)
+    return pre, post, res
+
+
+def reference_logits(model, input_ids):
+    config, base = model.config, model.model
+    k = config.hc_streams
+    embeds = base.embed_tokens(input_ids)
+    positions = torch.arange(input_ids.shape[1])[None]
+    rope = base.rotary_emb(embeds, positions)
+    h = [embeds.clone() for _ in range(k)]
+    for layer in base.layers:
+        sublayers = (
+            (layer.hc_attn, lambda x: layer.self_attn(layer.input_layernorm(x), rope, None)[0]),
+            (layer.hc_mlp, lambda x: layer.mlp(layer.post_attention_layernorm(x))),
+        )
+        for hc, sublayer in sublayers:
+            pre, post, res = reference_coefficients(hc, config, h)
+            y = sublayer(sum(pre[i][..., None] * h[i] for i in range(k)))
+            h = [sum(res[i][j][..., None] * h[j] for j in range(k)) + post[i][..., None] * y for i in range(k)]
+    hidden = base.norm(sum(base.hc_read_out[i] * h[i] for i in range(k)))
+    return model.lm_head(hidden)
+
+
+@pytest.mark.parametrize("options", MODES, ids=lambda o: "-".join(str(v) for v in o.values()))
+def test_forward_matches_loop_reference(stock_llama, options):
+    model = randomised(stock_llama[0], **options)
+    input_ids = lm_batch(lengths=(10, 10))["input_ids"]
+    with torch.no_grad():
+        torch.testing.assert_close(model(input_ids).logits, reference_logits(model, input_ids))
+
+
+# -- Sinkhorn and fp32 coefficients ----------------------------------------------------------------------------------
+
+
+def test_sinkhorn_is_doubly_stochastic_and_keeps_rows_exact():
+    logits = torch.randn(5, 4, 4, generator=torch.Generator().manual_seed(0))
+    m = sinkhorn_knopp(logits, 20)
+    torch.testing.assert_close(m.sum(-1), torch.ones(5, 4), rtol=0, atol=1e-6)
+    torch.testing.assert_close(m.sum(-2), torch.ones(5, 4), rtol=0, atol=1e-5)
+    assert (m > 0).all()
+    one_round = sinkhorn_knopp(logits, 1)
+    assert (one_round.sum(-2) - 1).abs().max() > (m.sum(-2) - 1).abs().max()
+    torch.testing.assert_close(sinkhorn_knopp(logits + 1000.0, 20), m)  # no overflow
+
+
+def test_coefficients_are_fp32_under_bf16_autocast(stock_llama):
+    model = randomised(stock_llama[0], hc_mode="mhc")
+    hc = model.model.layers[1].hc_mlp
+    streams = torch.randn(2, 5, 4, 32)
+    expected = hc.coefficients(streams)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = hc.coefficients(streams)
+        assert torch.nn.functional.linear(streams.flatten(-2), hc.dynamic_proj.weight).dtype == torch.bfloat16
+    for e, g in zip(expected, got):
+        torch.testing.assert_close(g, e, rtol=0, atol=0)
+    bf16 = hc.coefficients(streams.bfloat16())
+    assert all(t.dtype == torch.bfloat16 for t in bf16)
+    torch.testing.assert_close(bf16[2].float(), expected[2], rtol=1e-2, atol=1e-2)
+
+
+# -- identity and hidden states ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("streams", [1, 3])
+def test_identity_holds_for_any_stream_count(stock_llama, streams):
+    folder, stock = stock_llama
+    batch = lm_batch()
+    for options in (dict(hc_mode="static"), dict(hc_mode="dynamic"), dict(hc_mode="mhc")):
+        if options["hc_mode"] == "mhc" and streams == 1:
+            continue
+        model = LlamaMHCForCausalLM.from_pretrained(folder, hc_streams=streams, **options).eval()
+        with torch.no_grad():
+            torch.testing.assert_close(model(**batch).logits, stock(**batch).logits)
+
+
+def test_hidden_states_are_stock_at_identity(stock_llama):
+    folder, stock = stock_llama
+    model = LlamaMHCForCausalLM.from_pretrained(folder).eval()
+    batch = lm_batch()
+    with torch.no_grad():
+        ours = model(**batch, output_hidden_states=True).hidden_states
+        theirs = stock(**batch, output_hidden_states=True).hidden_states
+    assert len(ours) == len(theirs) == model.config.num_hidden_layers + 1
+    for i, (a, b) in enumerate(zip(ours, theirs)):
+        torch.testing.assert_close(a, b, msg=f"hidden state {i}")
+
+
+def test_seed_init_of_mhc_is_not_the_stock_function(stock_llama):
+    """identity_init=False reproduces the original's raw init: every write scaled by 2*sigmoid(1)."""
+    model = LlamaMHCForCausalLM.from_pretrained(stock_llama[0], hc_mode="mhc", identity_init=False)
+    post = model.model.layers[0].hc_attn.coefficients(torch.zeros(1, 1, 4, 32))[1]
+    torch.testing.assert_close(post, torch.full_like(post, 2 * torch.sigmoid(torch.tensor(1.0)).item()))
+
+
+# -- generation -------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("options", MODES[:2] + MODES[3:4], ids=lambda o: o["hc_mode"])
+def test_cached_decoding_matches_full_forward(stock_llama, options):
+    model = randomised(stock_llama[0], **options)
+    input_ids = lm_batch(lengths=(12,))["input_ids"]
+    with torch.no_grad():
+        full = model(input_ids).logits
+        out = model(input_ids[:, :5], use_cache=True)
+        steps = [out.logits]
+        for t in range(5, 12):
+            out = model(input_ids[:, t : t + 1], past_key_values=out.past_key_values, use_cache=True)
+            steps.append(out.logits)
+    torch.testing.assert_close(torch.cat(steps, dim=1), full)
+
+
+def test_greedy_generation_with_cache_matches_recomputation_and_stock(tmp_path):
+    folder = str(tmp_path / "stock")
+    stock = build_stock_qwen3(folder).eval()
+    prompt = lm_batch(lengths=(6,))["input_ids"]
+    kwargs = dict(max_new_tokens=12, do_sample=False, pad_token_id=0)
+    active = Qwen3MHCForCausalLM.from_pretrained(folder, hc_init_noise=0.5).eval()
+    cached = active.generate(prompt, use_cache=True, **kwargs)
+    assert torch.equal(cached, active.generate(prompt, use_cache=False, **kwargs))
+    identity = Qwen3MHCForCausalLM.from_pretrained(folder).eval()
+    assert torch.equal(identity.generate(prompt, **kwargs), stock.generate(prompt, **kwargs))
+    with torch.no_grad():
+        assert not torch.allclose(active(prompt).logits, stock(prompt).logits)
+
+
+# -- freezing ---------------------------------------------------------------------------------------------------------
+
+
+def test_freeze_base_trains_only_hyper_connections(stock_llama, tmp_path):
+    folder, _ = stock_llama
+    model = LlamaMHCForCausalLM.from_pretrained(folder)
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert trainable and all("hc_" in n for n in trainable)
+    report = model.parameter_report()
+    assert report["trainable"] == report["mechanism"] < report["total"]
+    model.save_pretrained(tmp_path / "saved")
+    reloaded = LlamaMHCForCausalLM.from_pretrained(tmp_path / "saved")
+    assert [n for n, p in reloaded.named_parameters() if p.requires_grad] == trainable
+    unfrozen = LlamaMHCForCausalLM.from_pretrained(folder, freeze_base=False)
+    assert all(p.requires_grad for p in unfrozen.parameters())
+
+
+# -- watching it ------------------------------------------------------------------------------------------------------
+
+
+def test_composite_gain_grows_for_hc_and_stays_bounded_for_mhc(stock_llama):
+    folder, _ = stock_llama
+    batch = lm_batch()
+    hc = LlamaMHCForCausalLM.from_pretrained(folder, hc_mode="static").eval()
+    with torch.no_grad():
+        for module in hc.hyper_connections:
+            module.res.copy_(torch.eye(4) * 1.1)
+        hc(**batch)
+    stats = hc.mechanism_stats(split="eval")
+    assert stats["hc/amax_gain_row"] == pytest.approx(1.1**6)
+    assert stats["hc/L2/mlp/res_1_1"] == pytest.approx(1.1) and stats["hc/L2/mlp/res_col_sum_max"] == pytest.approx(1.1)
+    assert stats["hc/L0/attn/pre_0"] == 1.0 and stats["hc/L1/attn/pre_0"] == 0.0  # layer l reads stream l mod K
+
+    mhc = randomised(folder, seed=3, hc_mode="mhc")
+    with torch.no_grad():
+        mhc(**batch)
+        mhc(**lm_batch(seed=1))
+    stats = mhc.mechanism_stats(split="eval")
+    assert stats["hc/amax_gain_row"] == pytest.approx(1.0, abs=1e-5)
+    assert stats["hc/amax_gain_col"] == pytest.approx(1.0, abs=1e-2)
+    assert 0 < stats["hc/L1/mlp/post_2"] < 2
+    assert not mhc.mechanism_stats(split="eval"), "reading resets the statistics"
+
+
+def _stream_spread(model, batch):
+    """Largest difference between any stream and stream 0 at the last layer, relative to the stream's size."""
+    captured = {}
+    handle = model.model.layers[-1].register_forward_hook(lambda m, a, out: captured.update(streams=out))
+    with torch.no_grad():
+        model(**batch)
+    handle.remove()
+    streams = captured["streams"]
+    return ((streams - streams[..., :1, :]).abs().max() / streams.abs().max()).item()
+
+
+@pytest.mark.parametrize("focus, diverges", [(1.0, True), (0.0, False)])
+def test_read_in_focus_breaks_stream_symmetry_in_training(stock_llama, focus, diverges):
+    """With a uniform read-in (focus 0) and no noise the K streams stay copies of each other however long one
+    trains; the per-layer read-in focus makes them diverge while the converted model is still exactly stock."""
+    model = LlamaMHCForCausalLM.from_pretrained(stock_llama[0], hc_mode="static", hc_read_in_focus=focus).train()
+    batch = lm_batch()
+    batch["labels"] = lm_labels(batch)
+    assert _stream_spread(model, batch) == 0.0
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    for _ in range(5):
+        model(**batch).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    spread = _stream_spread(model, batch)
+    assert (spread > 1e-3) if diverges else (spread < 1e-6), spread
