@@ -208,6 +208,19 @@ def test_greedy_generation_with_cache_matches_recomputation_and_stock(tmp_path):
         assert not torch.allclose(active(prompt).logits, stock(prompt).logits)
 
 
+@pytest.mark.parametrize("mode", ["static", "mhc"])
+def test_static_coefficients_reused_without_grad_follow_parameter_updates(stock_llama, mode):
+    model = randomised(stock_llama[0], hc_mode=mode, mhc_dynamic=False)
+    batch = lm_batch()
+    with torch.no_grad():
+        first = model(**batch).logits
+        torch.testing.assert_close(model(**batch).logits, first)
+        model.model.layers[1].hc_attn.res.add_(0.5)  # what an optimizer step does
+        updated = model(**batch).logits
+    assert not torch.allclose(updated, first)
+    torch.testing.assert_close(model(**batch).logits.detach(), updated)  # recomputed with grad enabled
+
+
 # -- freezing ---------------------------------------------------------------------------------------------------------
 
 

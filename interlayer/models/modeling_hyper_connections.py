@@ -71,6 +71,23 @@ def _rms_scale(x: torch.Tensor) -> torch.Tensor:
     return torch.rsqrt(rms.square() + COEFFICIENT_EPS)
 
 
+class _StaticProduct(torch.autograd.Function):
+    """`maps @ streams` for one static `[M, K]` matrix and streams `[..., K, D]`, through einsum (the fastest form on
+    CPU), keeping only the inputs for backward: autograd's einsum would keep a transposed copy of the streams."""
+
+    @staticmethod
+    def forward(ctx, maps, streams):
+        ctx.save_for_backward(maps, streams)
+        return torch.einsum("ij,...jd->...id", maps, streams)
+
+    @staticmethod
+    def backward(ctx, grad):
+        maps, streams = ctx.saved_tensors
+        grad_maps = torch.einsum("...id,...jd->ij", grad, streams) if ctx.needs_input_grad[0] else None
+        grad_streams = torch.einsum("ij,...id->...jd", maps, grad) if ctx.needs_input_grad[1] else None
+        return grad_maps, grad_streams
+
+
 class HyperConnection(nn.Module):
     """Read-in, write and mixing coefficients around one sublayer (attention or MLP) of one decoder layer."""
 
@@ -93,6 +110,7 @@ class HyperConnection(nn.Module):
                 self.dynamic_proj = nn.Linear(k * config.hidden_size, k * (k + 2), bias=False)
             self.dynamic_scale = nn.Parameter(torch.empty(3))  # s_pre, s_post, s_res
         self.stats = StatsAccumulator()
+        self._frozen_coefficients = None
 
     @torch.no_grad()
     def reset_parameters(self, config) -> None:
@@ -132,6 +150,14 @@ class HyperConnection(nn.Module):
     def coefficients(self, streams: torch.Tensor):
         """`(H_pre [..., K], H_post [..., K], H_res [..., K, K])`: shapes `[K]` when static, `[batch, seq, K]`
         when input-dependent. Computed in fp32 and returned in the streams' dtype."""
+        if not self.dynamic and not torch.is_grad_enabled():  # generation: reuse until a parameter changes
+            key = (streams.dtype, *((p.data_ptr(), p._version) for p in (self.pre, self.post, self.res)))
+            if self._frozen_coefficients is None or self._frozen_coefficients[0] != key:
+                self._frozen_coefficients = (key, self._coefficients(streams))
+            return self._frozen_coefficients[1]
+        return self._coefficients(streams)
+
+    def _coefficients(self, streams: torch.Tensor):
         with torch.autocast(device_type=streams.device.type, enabled=False):
             pre, post, res = self.pre.float(), self.post.float(), self.res.float()
             if self.dynamic:
@@ -154,8 +180,8 @@ class HyperConnection(nn.Module):
         # read-in and mixing in one product: row 0 of [H_pre; H_res] @ h is the sublayer input, rows 1.. the mixed
         # streams (static maps contract fastest through einsum, per-token maps through a batched matmul)
         maps = torch.cat([pre.unsqueeze(-2), res], dim=-2)
-        product = torch.einsum("ij,...jd->...id", maps, streams) if maps.dim() == 2 else torch.matmul(maps, streams)
-        out = sublayer(product[..., 0, :].contiguous())  # a copy, so that backward does not keep the product alive
+        product = _StaticProduct.apply(maps, streams) if maps.dim() == 2 else torch.matmul(maps, streams)
+        out = sublayer(product[..., 0, :].clone())  # a copy: what the sublayer saves must not keep the product alive
         return torch.addcmul(product[..., 1:, :], post.unsqueeze(-1), out.unsqueeze(-2))
 
     def _record(self, pre, post, res) -> None:
@@ -303,7 +329,7 @@ class HCModelMixin(HCPreTrainedMixin):
         self.apply_freeze_base()
 
     def read_out(self, streams: torch.Tensor) -> torch.Tensor:
-        return torch.einsum("...kd,k->...d", streams, self.hc_read_out.to(streams.dtype))
+        return (streams * self.hc_read_out.to(streams.dtype).unsqueeze(-1)).sum(dim=-2)
 
     def _causal_masks(self, **mask_kwargs) -> dict:
         masks = {"full_attention": create_causal_mask(**mask_kwargs)}
