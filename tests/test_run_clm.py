@@ -6,42 +6,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-import torch
-from transformers import LlamaConfig, LlamaForCausalLM
-
-from interlayer.training import train_byte_bpe
+from hc_fixtures import save_tiny_llama_with_tokenizer, write_qa_pairs
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def write_pairs(path: Path, n: int) -> str:
-    rows, words = [], ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
-    for i in range(n):
-        a, b = i % 9, (i * 4) % 9
-        rows.append(
-            {"question": f"What is {words[a]} plus {words[b]}?", "answer": f"It is {a + b + 2}. #### {a + b + 2}"}
-        )
-    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    return "\n".join(r["question"] + " " + r["answer"] for r in rows)
-
-
 def test_run_clm_trains_hyper_connections_and_saves_a_shareable_model(tmp_path):
-    text = write_pairs(tmp_path / "qa.jsonl", 120)
-    tokenizer = train_byte_bpe(text, vocab_size=300)
+    text = write_qa_pairs(tmp_path / "qa.jsonl", 120)
     stock = tmp_path / "stock"
-    torch.manual_seed(0)
-    LlamaForCausalLM(
-        LlamaConfig(
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            vocab_size=len(tokenizer),
-            tie_word_embeddings=True,
-        )
-    ).save_pretrained(stock)
-    tokenizer.save_pretrained(stock)
+    save_tiny_llama_with_tokenizer(stock, text)
     out = tmp_path / "run"
     cmd = [
         sys.executable,
