@@ -25,4 +25,6 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[bench]"
 	$(BIN)/python benchmarks/bench_bridge.py
+	$(BIN)/python benchmarks/bench_hyper_connections.py

@@ -1,6 +1,9 @@
 """Hyper-connections: the equations against a loop-by-loop reference, Sinkhorn, fp32 coefficients, generation with
 the KV cache, freezing, the composite-gain statistics and why the read-in focus matters."""
 
+import gc
+import weakref
+
 import pytest
 import torch
 from gpt2_fixtures import lm_batch, lm_labels
@@ -291,3 +294,34 @@ def test_read_in_focus_breaks_stream_symmetry_in_training(stock_llama, focus, di
         optimizer.zero_grad()
     spread = _stream_spread(model, batch)
     assert (spread > 1e-2) if diverges else (spread < 1e-4), spread  # copies differ only by rounding
+
+
+def _streams_alive_after_forward(model, batch) -> int:
+    """How many sublayer outputs (K-wide streams) are still alive once the forward pass is done (held for backward)."""
+    refs = []
+    hooks = [
+        hc.register_forward_hook(lambda m, a, out: refs.append(weakref.ref(out))) for hc in model.hyper_connections
+    ]
+    loss = model(**batch).loss
+    for hook in hooks:
+        hook.remove()
+    gc.collect()
+    alive = sum(r() is not None for r in refs)
+    loss.backward()
+    return alive
+
+
+@pytest.mark.parametrize("options", MODES, ids=lambda o: "-".join(str(v) for v in o.values()))
+def test_stream_recomputation_gives_the_same_gradients_and_frees_streams(stock_llama, options):
+    batch = lm_batch(lengths=(12, 12))
+    batch["labels"] = lm_labels(batch)
+    grads, alive = [], []
+    for recompute in (False, True):
+        model = randomised(stock_llama[0], freeze_base=False, hc_recompute_streams=recompute, **options).train()
+        alive.append(_streams_alive_after_forward(model, batch))
+        model.zero_grad()
+        model(**batch).loss.backward()
+        grads.append({n: p.grad for n, p in model.named_parameters()})
+    for name, grad in grads[0].items():
+        torch.testing.assert_close(grads[1][name], grad, rtol=0, atol=0, msg=name)
+    assert alive == [6, 2], alive  # 3 layers, 6 sublayers; kept: every ceil(sqrt(6)) = 3rd, the last read-out input

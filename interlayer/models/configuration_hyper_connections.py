@@ -41,6 +41,9 @@ class HyperConnectionFields(ZooConfigFields):
             coefficients at initialisation (the seed's symmetry breaking); anything above 0 breaks the equality with
             the stock model.
         freeze_base (`bool`, defaults to `True`): train only the hyper-connection parameters, as the seed does.
+        hc_recompute_streams (`bool`, defaults to `True`): in training, keep the K-wide streams for backward only at
+            every ~sqrt(2L)-th sublayer and recompute the others in backward (bit for bit); saves memory for a little
+            time. Not used with gradient checkpointing, which already keeps only each layer's input.
         identity_init (`bool`, defaults to `True`): choose raw coefficients whose constrained values make the model
             compute the stock function (read-in sums to 1, write 1, mixing rows sum to 1, read-out the mean).
             `False` uses the seed's raw initialisation (read-in 1/K, write 1, mixing identity), which in `"mhc"` mode
@@ -56,6 +59,7 @@ class HyperConnectionFields(ZooConfigFields):
     hc_read_in_focus: float | int | None = None
     hc_init_noise: float | int = 0.0
     freeze_base: bool = True
+    hc_recompute_streams: bool = True
 
     def validate_hyper_connections(self):
         check_range("hc_streams", self.hc_streams, 1)

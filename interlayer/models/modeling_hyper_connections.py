@@ -17,6 +17,10 @@ With `identity_init=True` the streams stay equal until trained (read-in sums to 
 rows of `H_res` sum to 1), so the converted model computes the stock function in every mode.
 """
 
+import contextlib
+import contextvars
+import math
+
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
@@ -48,6 +52,7 @@ from transformers.utils.output_capturing import capture_outputs
 from .configuration_hyper_connections import LlamaMHCConfig, Qwen3MHCConfig
 from .zoo_common import StatsAccumulator, ZooModelMixin
 
+_RECOMPUTATION: contextvars.ContextVar = contextvars.ContextVar("hc_stream_recomputation", default=None)
 COEFFICIENT_EPS = 1e-6
 MHC_RES_DIAGONAL = 4.0  # raw diagonal of H_res at identity_init in mHC mode (about 0.95 on the diagonal at K=4)
 SUBLAYERS = ("attn", "mlp")
@@ -86,6 +91,82 @@ class _StaticProduct(torch.autograd.Function):
         grad_maps = torch.einsum("...id,...jd->ij", grad, streams) if ctx.needs_input_grad[0] else None
         grad_streams = torch.einsum("ij,...id->...jd", maps, grad) if ctx.needs_input_grad[1] else None
         return grad_maps, grad_streams
+
+
+def _product(maps: torch.Tensor, streams: torch.Tensor) -> torch.Tensor:
+    """`[H_pre; H_res] @ h`: static maps contract fastest through einsum, per-token maps through a batched matmul."""
+    return _StaticProduct.apply(maps, streams) if maps.dim() == 2 else torch.matmul(maps, streams)
+
+
+def _write(product: torch.Tensor, post: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """`H_res h + H_post^T F(x)` from the product's mixing rows and the sublayer output."""
+    return torch.addcmul(product[..., 1:, :], post.unsqueeze(-1), out.unsqueeze(-2))
+
+
+class StreamRecomputation:
+    """Keeps the K-wide streams for backward only at every `every`-th sublayer and recomputes the others from there.
+
+    Each sublayer's input streams are needed in backward (for the gradients of its coefficients). Instead of letting
+    autograd keep them, a `saved_tensors_hooks` pair replaces them by a handle; backward asks for them in reverse
+    order, and the streams of a block of `every` sublayers are recomputed once from the block's first streams with the
+    same operations as the forward pass (so bit for bit), from what backward keeps anyway: the coefficients and each
+    sublayer's output. Memory: about `L / every + every` K-wide tensors instead of `L` for `L` sublayers.
+    """
+
+    def __init__(self, every: int):
+        self.every = every
+        self.kept: dict[int, torch.Tensor] = {}
+        self.steps: list[tuple] = []
+        self.current: tuple[int, int] | None = None  # (sublayer, storage pointer) of the streams being read
+        self.cache: dict[int, torch.Tensor] = {}
+        self.hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+
+    def __enter__(self):
+        self.hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.current = None
+        return self.hooks.__exit__(*exc)
+
+    def reading(self, streams: torch.Tensor) -> None:
+        """The next sublayer starts reading `streams` (its coefficients and product will save them)."""
+        index = len(self.steps)
+        owns_storage = streams.untyped_storage().nbytes() == streams.numel() * streams.element_size()
+        if index % self.every == 0 or not owns_storage:  # the first streams are a view of the embeddings
+            self.kept[index] = streams
+            self.current = None
+        else:
+            self.current = (index, streams.untyped_storage().data_ptr())
+
+    def read(self, maps: torch.Tensor, post: torch.Tensor) -> None:
+        """The sublayer has taken what it saves of its input streams; record what rebuilds its output."""
+        self.current = None
+        self.steps.append((maps.detach(), post.detach()))
+
+    def wrote(self, out: torch.Tensor) -> None:
+        maps, post = self.steps[-1]
+        self.steps[-1] = (maps, post, out.detach())
+
+    def _pack(self, tensor):
+        if self.current is not None and tensor.untyped_storage().data_ptr() == self.current[1]:
+            return (self.current[0], tensor.shape, tensor.stride(), tensor.storage_offset())
+        return tensor
+
+    def _unpack(self, packed):
+        if isinstance(packed, torch.Tensor):
+            return packed
+        index, shape, stride, offset = packed
+        if index not in self.cache:
+            start = max(i for i in self.kept if i < index)
+            self.cache = {start: self.kept[start]}
+            with torch.no_grad():
+                streams = self.kept[start]
+                for i in range(start, index):
+                    maps, post, out = self.steps[i]
+                    streams = _write(_product(maps, streams), post, out)
+                    self.cache[i + 1] = streams
+        return self.cache[index].as_strided(shape, stride, offset)
 
 
 class HyperConnection(nn.Module):
@@ -175,14 +256,21 @@ class HyperConnection(nn.Module):
 
     def forward(self, streams: torch.Tensor, sublayer) -> torch.Tensor:
         """`h' = H_res h + H_post^T sublayer(H_pre h)` for streams `[batch, seq, K, hidden]`."""
+        recompute = _RECOMPUTATION.get()
+        if recompute is not None:
+            recompute.reading(streams)
         pre, post, res = self.coefficients(streams)
         self._record(pre, post, res)
         # read-in and mixing in one product: row 0 of [H_pre; H_res] @ h is the sublayer input, rows 1.. the mixed
-        # streams (static maps contract fastest through einsum, per-token maps through a batched matmul)
+        # streams
         maps = torch.cat([pre.unsqueeze(-2), res], dim=-2)
-        product = _StaticProduct.apply(maps, streams) if maps.dim() == 2 else torch.matmul(maps, streams)
+        product = _product(maps, streams)
+        if recompute is not None:
+            recompute.read(maps, post)
         out = sublayer(product[..., 0, :].clone())  # a copy: what the sublayer saves must not keep the product alive
-        return torch.addcmul(product[..., 1:, :], post.unsqueeze(-1), out.unsqueeze(-2))
+        if recompute is not None:
+            recompute.wrote(out)
+        return _write(product, post, out)
 
     def _record(self, pre, post, res) -> None:
         name = f"hc/L{self.layer_idx}/{self.sublayer}"
@@ -376,6 +464,46 @@ class HCModelMixin(HCPreTrainedMixin):
         position_embeddings = self.rotary_emb(inputs_embeds, position_ids=position_ids)
         streams = inputs_embeds.unsqueeze(-2).expand(*inputs_embeds.shape[:-1], self.config.hc_streams, -1)
         all_hidden = [inputs_embeds] if output_hidden_states else None
+        recompute = None
+        if self.config.hc_recompute_streams and torch.is_grad_enabled() and not self.gradient_checkpointing:
+            recompute = StreamRecomputation(every=math.ceil(math.sqrt(2 * self.config.num_hidden_layers)))
+        token = _RECOMPUTATION.set(recompute)
+        try:
+            with recompute if recompute is not None else contextlib.nullcontext():
+                streams = self._run_layers(
+                    streams,
+                    masks,
+                    layer_types,
+                    position_embeddings,
+                    position_ids,
+                    past_key_values,
+                    use_cache,
+                    all_hidden,
+                    kwargs,
+                )
+        finally:
+            _RECOMPUTATION.reset(token)
+        hidden_states = self.norm(self.read_out(streams))
+        if all_hidden is not None:
+            all_hidden[-1] = hidden_states
+        return BaseModelOutputWithPast(
+            last_hidden_state=hidden_states,
+            past_key_values=past_key_values,
+            hidden_states=tuple(all_hidden) if all_hidden is not None else None,
+        )
+
+    def _run_layers(
+        self,
+        streams,
+        masks,
+        layer_types,
+        position_embeddings,
+        position_ids,
+        past_key_values,
+        use_cache,
+        all_hidden,
+        kwargs,
+    ):
         for i, decoder_layer in enumerate(self.layers[: self.config.num_hidden_layers]):
             streams = decoder_layer(
                 streams,
@@ -388,14 +516,7 @@ class HCModelMixin(HCPreTrainedMixin):
             )
             if all_hidden is not None:
                 all_hidden.append(self.read_out(streams))
-        hidden_states = self.norm(self.read_out(streams))
-        if all_hidden is not None:
-            all_hidden[-1] = hidden_states
-        return BaseModelOutputWithPast(
-            last_hidden_state=hidden_states,
-            past_key_values=past_key_values,
-            hidden_states=tuple(all_hidden) if all_hidden is not None else None,
-        )
+        return streams
 
 
 class HCForCausalLMMixin(HCPreTrainedMixin):
