@@ -9,10 +9,10 @@ Hub datasets or local text / json files, block packing, the stock `Trainer`, per
 
     # the seed's SFT recipe: GSM8K question/answer pairs in the chat template, lr 2e-5, cosine, 10% warm-up
     python examples/run_clm.py --model_name_or_path Qwen/Qwen3-0.6B --mechanism hyper-connections \
-        --set hc_mode=static --train_file ../shared/data/gsm8k/train.jsonl --prompt_column question \
-        --response_column answer --block_size 1024 --learning_rate 2e-5 --lr_scheduler_type cosine \
-        --warmup_steps 0.1 --per_device_train_batch_size 4 --gradient_accumulation_steps 8 --bf16 true \
-        --output_dir out/qwen3-hc-gsm8k
+        --set hc_mode=static --train_file ../shared/data/gsm8k/train.jsonl --validation_split_percentage 10 \
+        --prompt_column question --response_column answer --block_size 1024 --learning_rate 2e-5 \
+        --lr_scheduler_type cosine --warmup_steps 0.1 --per_device_train_batch_size 4 \
+        --gradient_accumulation_steps 8 --bf16 true --output_dir out/qwen3-hc-gsm8k
 
 `--mechanism stock` trains the unmodified stock model with the same recipe. `--set key=value` passes mechanism
 options (JSON values). With `--prompt_column`/`--response_column` each example becomes one text, through the
