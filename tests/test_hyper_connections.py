@@ -297,17 +297,24 @@ def test_read_in_focus_breaks_stream_symmetry_in_training(stock_llama, focus, di
 
 
 def _streams_alive_after_forward(model, batch) -> int:
-    """How many sublayer outputs (K-wide streams) are still alive once the forward pass is done (held for backward)."""
+    """How many sublayer outputs (K-wide streams) are still alive once the forward pass is done (held for backward);
+    checks too that all are released with the graph after backward, without the garbage collector's help."""
     refs = []
     hooks = [
         hc.register_forward_hook(lambda m, a, out: refs.append(weakref.ref(out))) for hc in model.hyper_connections
     ]
-    loss = model(**batch).loss
-    for hook in hooks:
-        hook.remove()
     gc.collect()
-    alive = sum(r() is not None for r in refs)
-    loss.backward()
+    gc.disable()
+    try:
+        loss = model(**batch).loss
+        for hook in hooks:
+            hook.remove()
+        alive = sum(r() is not None for r in refs)
+        loss.backward()
+        del loss
+        assert all(r() is None for r in refs), "streams outlive the graph"
+    finally:
+        gc.enable()
     return alive
 
 

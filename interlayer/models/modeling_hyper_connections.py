@@ -127,7 +127,8 @@ class StreamRecomputation:
 
     def __exit__(self, *exc):
         self.current = None
-        return self.hooks.__exit__(*exc)
+        hooks, self.hooks = self.hooks, None  # no reference cycle: freed with the graph, without waiting for gc
+        return hooks.__exit__(*exc)
 
     def reading(self, streams: torch.Tensor) -> None:
         """The next sublayer starts reading `streams` (its coefficients and product will save them)."""
