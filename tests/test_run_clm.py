@@ -1,11 +1,13 @@
 """`examples/run_clm.py` on a tiny stock Llama with a byte-level BPE tokenizer: hyper-connections train (only their
 parameters under `--freeze_base`), their statistics reach the Trainer logs, and the folder loads as remote code."""
 
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from hc_fixtures import save_tiny_llama_with_tokenizer, write_qa_pairs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,3 +73,15 @@ def test_run_clm_trains_hyper_connections_and_saves_a_shareable_model(tmp_path):
     )
     loaded = subprocess.run([sys.executable, "-c", load, str(out)], capture_output=True, text=True, cwd=tmp_path)
     assert loaded.stdout.strip() == "ok", loaded.stderr[-2000:]
+
+
+def test_run_clm_refuses_bad_data_arguments_early():
+    spec = importlib.util.spec_from_file_location("run_clm", ROOT / "examples" / "run_clm.py")
+    run_clm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run_clm)
+    with pytest.raises(ValueError, match=r"--train_file must be .txt, .json or .jsonl, got 'data.csv'"):
+        run_clm.load_splits(run_clm.DataArguments(train_file="data.csv"))
+    with pytest.raises(ValueError, match="Give --dataset_name or --train_file"):
+        run_clm.load_splits(run_clm.DataArguments())
+    with pytest.raises(ValueError, match="--prompt_column and --response_column go together"):
+        run_clm.to_text(None, run_clm.DataArguments(prompt_column="question"))
