@@ -22,22 +22,9 @@ import importlib.util
 import time
 
 import torch
-from harness import emit, measure_steps, run_worker
+from harness import SMOLLM2_SHAPE, emit, measure_steps, run_worker
 from torch import nn
 
-SMOLLM2_SHAPE = dict(
-    hidden_size=576,
-    intermediate_size=1536,
-    num_hidden_layers=30,
-    num_attention_heads=9,
-    num_key_value_heads=3,
-    head_dim=64,
-    vocab_size=49152,
-    max_position_embeddings=2048,
-    rope_theta=100000.0,
-    rms_norm_eps=1e-5,
-    tie_word_embeddings=True,
-)
 OURS = {
     "static": dict(hc_mode="static"),
     "dynamic": dict(hc_mode="dynamic"),

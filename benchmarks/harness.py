@@ -16,6 +16,21 @@ import sys
 import time
 from collections.abc import Callable
 
+# SmolLM2-135M's shape (random weights: a step's cost does not depend on the values)
+SMOLLM2_SHAPE = dict(
+    hidden_size=576,
+    intermediate_size=1536,
+    num_hidden_layers=30,
+    num_attention_heads=9,
+    num_key_value_heads=3,
+    head_dim=64,
+    vocab_size=49152,
+    max_position_embeddings=2048,
+    rope_theta=100000.0,
+    rms_norm_eps=1e-5,
+    tie_word_embeddings=True,
+)
+
 
 def proc_status_bytes(key: str) -> int:
     """A memory figure of this process from /proc/self/status (`VmHWM` peak, `VmRSS` current)."""

@@ -9,6 +9,7 @@ from transformers import AutoConfig
 from .models.configuration_bridge import BRIDGE_PRESETS, BertBridgeConfig, RobertaBridgeConfig, bridge_preset
 from .models.configuration_gated_gpt2 import GatedGPT2Config
 from .models.configuration_hyper_connections import LlamaMHCConfig, Qwen3MHCConfig
+from .models.configuration_latent import LlamaLatentConfig, Qwen3LatentConfig
 from .models.modeling_bridge import (
     BertBridgeForSequenceClassification,
     BertBridgeModel,
@@ -17,6 +18,7 @@ from .models.modeling_bridge import (
 )
 from .models.modeling_gated_gpt2 import GatedGPT2LMHeadModel, GatedGPT2Model
 from .models.modeling_hyper_connections import LlamaMHCForCausalLM, LlamaMHCModel, Qwen3MHCForCausalLM, Qwen3MHCModel
+from .models.modeling_latent import LlamaLatentForCausalLM, LlamaLatentModel, Qwen3LatentForCausalLM, Qwen3LatentModel
 from .zoo import ZOO, convert
 
 __version__ = "0.1.0"
@@ -33,9 +35,15 @@ __all__ = [
     "GatedGPT2Config",
     "GatedGPT2LMHeadModel",
     "GatedGPT2Model",
+    "LlamaLatentConfig",
+    "LlamaLatentForCausalLM",
+    "LlamaLatentModel",
     "LlamaMHCConfig",
     "LlamaMHCForCausalLM",
     "LlamaMHCModel",
+    "Qwen3LatentConfig",
+    "Qwen3LatentForCausalLM",
+    "Qwen3LatentModel",
     "Qwen3MHCConfig",
     "Qwen3MHCForCausalLM",
     "Qwen3MHCModel",

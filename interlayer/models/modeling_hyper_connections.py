@@ -27,9 +27,7 @@ from torch.utils.checkpoint import checkpoint
 from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.generation import GenerationMixin
-from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
 from transformers.modeling_outputs import BaseModelOutputWithPast
-from transformers.modeling_utils import PreTrainedModel
 from transformers.models.llama.modeling_llama import (
     LlamaAttention,
     LlamaDecoderLayer,
@@ -50,7 +48,8 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_hyper_connections import LlamaMHCConfig, Qwen3MHCConfig
-from .zoo_common import StatsAccumulator, ZooModelMixin
+from .decoder_common import CausalLMMixin, DecoderStackMixin, FreezeBaseMixin
+from .zoo_common import StatsAccumulator
 
 _RECOMPUTATION: contextvars.ContextVar = contextvars.ContextVar("hc_stream_recomputation", default=None)
 COEFFICIENT_EPS = 1e-6
@@ -323,7 +322,7 @@ class LlamaMHCDecoderLayer(HCDecoderLayerMixin, LlamaDecoderLayer):
     pass
 
 
-class HCPreTrainedMixin(ZooModelMixin):
+class HCPreTrainedMixin(FreezeBaseMixin):
     """Init, freezing, statistics and card text shared by every hyper-connection model (put before the stock class)."""
 
     mechanism_name = "Hyper-connections"
@@ -336,19 +335,6 @@ class HCPreTrainedMixin(ZooModelMixin):
             module.reset_parameters(self.config)
         elif isinstance(module, HCModelMixin):
             init.constant_(module.hc_read_out, 1.0 / self.config.hc_streams)
-
-    @classmethod
-    def from_pretrained(cls, *args, **kwargs):
-        """As the stock method; then applies `config.freeze_base` (loading resets `requires_grad`)."""
-        loaded = super().from_pretrained(*args, **kwargs)
-        (loaded[0] if isinstance(loaded, tuple) else loaded).apply_freeze_base()
-        return loaded
-
-    def apply_freeze_base(self) -> None:
-        """With `config.freeze_base`, only the hyper-connection parameters require gradients."""
-        mechanism = set(self.mechanism_parameter_names())
-        for name, param in self.named_parameters():
-            param.requires_grad_(name in mechanism or not self.config.freeze_base)
 
     @property
     def hyper_connections(self) -> list[HyperConnection]:
@@ -394,37 +380,14 @@ class HCPreTrainedMixin(ZooModelMixin):
         return out
 
 
-class HCModelMixin(HCPreTrainedMixin):
+class HCModelMixin(HCPreTrainedMixin, DecoderStackMixin):
     """The decoder stack with K residual streams: stock embeddings, layers, rotary embedding and final norm."""
 
-    decoder_layer_class: type
-    norm_class: type
-    rotary_class: type
-
-    def __init__(self, config):
-        PreTrainedModel.__init__(self, config)
-        self.padding_idx = config.pad_token_id
-        self.vocab_size = config.vocab_size
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, self.padding_idx)
-        self.layers = nn.ModuleList(
-            [self.decoder_layer_class(config, layer_idx) for layer_idx in range(config.num_hidden_layers)]
-        )
-        self.norm = self.norm_class(config.hidden_size, eps=config.rms_norm_eps)
-        self.rotary_emb = self.rotary_class(config=config)
+    def build_mechanism(self, config) -> None:
         self.hc_read_out = nn.Parameter(torch.empty(config.hc_streams))
-        self.gradient_checkpointing = False
-        self.has_sliding_layers = "sliding_attention" in (getattr(config, "layer_types", None) or ())
-        self.post_init()
-        self.apply_freeze_base()
 
     def read_out(self, streams: torch.Tensor) -> torch.Tensor:
         return (streams * self.hc_read_out.to(streams.dtype).unsqueeze(-1)).sum(dim=-2)
-
-    def _causal_masks(self, **mask_kwargs) -> dict:
-        masks = {"full_attention": create_causal_mask(**mask_kwargs)}
-        if self.has_sliding_layers:
-            masks["sliding_attention"] = create_sliding_window_causal_mask(**mask_kwargs)
-        return masks
 
     @merge_with_config_defaults
     @capture_outputs
@@ -449,19 +412,11 @@ class HCModelMixin(HCPreTrainedMixin):
         if use_cache and past_key_values is None:
             past_key_values = DynamicCache(config=self.config)
         if position_ids is None:
-            past_seen_tokens = past_key_values.get_seq_length() if past_key_values is not None else 0
-            position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device) + past_seen_tokens
-            position_ids = position_ids.unsqueeze(0)
-        masks = attention_mask
-        if not isinstance(masks, dict):
-            masks = self._causal_masks(
-                config=self.config,
-                inputs_embeds=inputs_embeds,
-                attention_mask=attention_mask,
-                past_key_values=past_key_values,
-                position_ids=position_ids,
-            )
-        layer_types = getattr(self.config, "layer_types", None) or ["full_attention"] * self.config.num_hidden_layers
+            position_ids = self.position_ids_for(inputs_embeds, past_key_values)
+        masks = self.causal_masks(
+            attention_mask, inputs_embeds=inputs_embeds, past_key_values=past_key_values, position_ids=position_ids
+        )
+        layer_types = self.layer_types
         position_embeddings = self.rotary_emb(inputs_embeds, position_ids=position_ids)
         streams = inputs_embeds.unsqueeze(-2).expand(*inputs_embeds.shape[:-1], self.config.hc_streams, -1)
         all_hidden = [inputs_embeds] if output_hidden_states else None
@@ -520,18 +475,8 @@ class HCModelMixin(HCPreTrainedMixin):
         return streams
 
 
-class HCForCausalLMMixin(HCPreTrainedMixin):
+class HCForCausalLMMixin(HCPreTrainedMixin, CausalLMMixin):
     """The stock causal-LM head on top of the hyper-connection decoder; stock forward and `generate()`."""
-
-    base_class: type
-
-    def __init__(self, config):
-        PreTrainedModel.__init__(self, config)
-        self.model = self.base_class(config)
-        self.vocab_size = config.vocab_size
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        self.post_init()
-        self.apply_freeze_base()
 
 
 class Qwen3MHCModel(HCModelMixin, Qwen3Model):
@@ -546,7 +491,6 @@ class Qwen3MHCModel(HCModelMixin, Qwen3Model):
 class Qwen3MHCForCausalLM(HCForCausalLMMixin, Qwen3ForCausalLM, GenerationMixin):
     config_class = Qwen3MHCConfig
     base_class = Qwen3MHCModel
-    pipeline_tag = "text-generation"
     _no_split_modules = ["Qwen3MHCDecoderLayer"]
 
 
@@ -562,7 +506,6 @@ class LlamaMHCModel(HCModelMixin, LlamaModel):
 class LlamaMHCForCausalLM(HCForCausalLMMixin, LlamaForCausalLM, GenerationMixin):
     config_class = LlamaMHCConfig
     base_class = LlamaMHCModel
-    pipeline_tag = "text-generation"
     _no_split_modules = ["LlamaMHCDecoderLayer"]
 
 

@@ -1,0 +1,130 @@
+#!/usr/bin/env python
+"""Speed and memory of latent back-projection as ratios to the stock Llama model, measured in the same run.
+
+    python benchmarks/bench_latent.py              # SmolLM2-135M shape, batch 4 x 256 training, batch 1 generation
+    python benchmarks/bench_latent.py --quick      # fewer steps
+
+Training step (forward + backward + AdamW, fp32, 2 threads): the stock model trains every parameter; the latent
+model trains its projections and gates on a frozen base (its default) or everything (`freeze_base=False`). Median
+step time and peak resident memory above what the process held before the steps (weights, gradients and optimizer
+state excluded), each configuration in its own subprocess (see `harness.py`).
+
+Generation: greedy tokens/s with the KV cache (prompt 64, 32 new tokens, batch 1), best of 3, for each
+`latent_source`, and for `previous_position` also with its two passes run one after the other instead of as one
+batch of 2B rows (the same arithmetic, checked equal). Random weights of the SmolLM2-135M shape with the seed's
+initialisation (the cost does not depend on the values). Prints markdown tables; docs/latent.md records them.
+"""
+
+import argparse
+import time
+
+import torch
+from harness import SMOLLM2_SHAPE, emit, measure_steps, run_worker
+
+TRAINING = {
+    "stock": None,
+    "latent (frozen base)": dict(),
+    "latent (all parameters)": dict(freeze_base=False),
+}
+GENERATION = {
+    "stock": None,
+    "previous_position": dict(latent_source="previous_position"),
+    "previous_position, passes one after the other": dict(latent_source="previous_position"),
+    "same_position": dict(latent_source="same_position"),
+    "recurrent": dict(latent_source="recurrent"),
+}
+
+
+def build(options):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from interlayer import LlamaLatentConfig, LlamaLatentForCausalLM
+
+    torch.manual_seed(0)
+    if options is None:
+        return LlamaForCausalLM(LlamaConfig(**SMOLLM2_SHAPE))
+    return LlamaLatentForCausalLM(LlamaLatentConfig(**SMOLLM2_SHAPE, identity_init=False, **options))
+
+
+def sequential_passes():
+    """Make `previous_position` decoding run the stock pass, then the latent pass (as a prompt does)."""
+    from interlayer.models import modeling_latent
+
+    modeling_latent._Run.batched_step = modeling_latent._Run.two_passes
+
+
+def worker(name: str, batch: int, seq: int, steps: int, generation: bool) -> dict:
+    torch.set_num_threads(2)
+    if generation:
+        model = build(GENERATION[name]).eval()
+        prompt = torch.randint(100, 40000, (1, 64))
+        kwargs = dict(max_new_tokens=32, min_new_tokens=32, do_sample=False, pad_token_id=0)
+        if name.endswith("one after the other"):
+            batched = model.generate(prompt, **kwargs)
+            sequential_passes()
+            assert torch.equal(model.generate(prompt, **kwargs), batched)
+        times = []
+        with torch.no_grad():
+            for _ in range(3):
+                start = time.perf_counter()
+                model.generate(prompt, **kwargs)
+                times.append(time.perf_counter() - start)
+        return {"tokens_per_s": 32 / min(times)}
+    model = build(TRAINING[name]).train()
+    ids = torch.randint(100, 40000, (batch, seq))
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        model(input_ids=ids, labels=ids).loss.backward()
+        optimizer.step()
+
+    return measure_steps(step, steps)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--worker")
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--seq", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--generation", action="store_true")
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    common = ["--batch", str(args.batch), "--seq", str(args.seq)]
+    if args.worker:
+        emit(worker(args.worker, args.batch, args.seq, args.steps, args.generation))
+        return
+    steps = 3 if args.quick else args.steps
+
+    def run(name, generation=False):
+        extra = ["--generation"] if generation else ["--steps", str(steps)]
+        return run_worker(__file__, ["--worker", name, *common, *extra], memory=not generation)
+
+    print(f"## Training step, Llama 30 x 576 (SmolLM2-135M shape), batch {args.batch} x {args.seq}\n")
+    # the stock model runs first and last; the faster of the two is the reference (a disturbed machine only slows)
+    first = run("stock")
+    rows = [(n, run(n)) for n in TRAINING if n != "stock"]
+    last = run("stock")
+    stock = min(first, last, key=lambda r: r["step_s"])
+    print(f"stock step time, first and last run: {first['step_s']:.2f} s, {last['step_s']:.2f} s\n")
+    print("| model | step (s) | step ratio | peak RSS (MB) | RSS ratio |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for name, r in [("stock (all parameters)", stock), *rows]:
+        print(
+            f"| {name} | {r['step_s']:.2f} | {r['step_s'] / stock['step_s']:.2f}x | {r['peak_rss_mb']:.0f} | "
+            f"{r['peak_rss_mb'] / max(stock['peak_rss_mb'], 1):.2f}x |"
+        )
+    print("\n## Greedy generation with the KV cache (prompt 64, 32 new tokens, batch 1)\n")
+    print("| model | tokens/s | ratio to stock |")
+    print("| --- | ---: | ---: |")
+    first = run("stock", generation=True)
+    rows = [(n, run(n, generation=True)) for n in GENERATION if n != "stock"]
+    last = run("stock", generation=True)
+    base = max(first, last, key=lambda r: r["tokens_per_s"])
+    for name, r in [("stock", base), *rows]:
+        print(f"| {name} | {r['tokens_per_s']:.1f} | {r['tokens_per_s'] / base['tokens_per_s']:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()

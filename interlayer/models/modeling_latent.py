@@ -1,0 +1,538 @@
+"""Latent back-projection for Qwen3 and Llama (seed 003).
+
+Pairs of layers `(s, t)`, by default `t = s - offset` (L5..L25 -> L0..L20 on 28 layers): source layer `s` compresses
+its output to a latent `z_s = down_s(h_s)` of `latent_dim` numbers, and target layer `t` adds it back, gated, to the
+output of its MLP (its down projection):
+
+    mlp_t(x) + sigmoid(g_t) * up_t(z_s)
+
+The latents come from a first, stock pass (no latents applied, run only up to the deepest source layer and, with a
+frozen base, without building a graph); the second pass applies them. `latent_source` says which token's latents a
+token receives: its own (`"same_position"`, the seed's training), the previous token's (`"previous_position"`), or
+at generation the previous token's latent-applied pass (`"recurrent"`, the seed's inference). The first token of a
+sequence (or the first after left padding) has no previous token: it receives a zero latent.
+
+Generation keeps both passes' keys and values in one `LatentCache`: layers up to the deepest source hold the stock
+pass's rows first and the latent pass's after them, so in `"previous_position"` mode a new token runs through both
+passes as one batch of 2B rows (the latent pass only needs the previous token's latents, already known).
+
+With `identity_init=True` the up projections start at zero, so the converted model computes the stock function.
+"""
+
+import torch
+from torch import nn
+from transformers import initialization as init
+from transformers.cache_utils import Cache, DynamicCache
+from transformers.generation import GenerationMixin
+from transformers.modeling_outputs import BaseModelOutputWithPast
+from transformers.models.llama.modeling_llama import (
+    LlamaDecoderLayer,
+    LlamaForCausalLM,
+    LlamaModel,
+    LlamaRMSNorm,
+    LlamaRotaryEmbedding,
+)
+from transformers.models.qwen3.modeling_qwen3 import (
+    Qwen3DecoderLayer,
+    Qwen3ForCausalLM,
+    Qwen3Model,
+    Qwen3RMSNorm,
+    Qwen3RotaryEmbedding,
+)
+from transformers.utils.generic import merge_with_config_defaults
+from transformers.utils.output_capturing import capture_outputs
+
+from .configuration_latent import LlamaLatentConfig, Qwen3LatentConfig
+from .decoder_common import CausalLMMixin, DecoderStackMixin, FreezeBaseMixin
+from .zoo_common import StatsAccumulator
+
+
+class LatentCache(DynamicCache):
+    """The KV cache of a latent back-projection model, plus the latents the next token receives.
+
+    Layers below `stock_layers` hold `2B` rows: the stock pass's `B` rows, then the latent pass's. A forward that
+    runs the two passes one after the other sets `current_pass` to `"stock"` (its keys and values are held back) and
+    then `"latent"` (both are appended together); a batched forward of `2B` rows leaves it `None`.
+    """
+
+    def __init__(self, *args, stock_layers: int = 0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.stock_layers = stock_layers
+        self.latents: torch.Tensor | None = None  # [B, 1, pairs, latent_dim]
+        self.current_pass: str | None = None
+        self._held: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def update(self, key_states, value_states, layer_idx: int, *args, **kwargs):
+        if self.current_pass is None or layer_idx >= self.stock_layers:
+            return super().update(key_states, value_states, layer_idx, *args, **kwargs)
+        rows = key_states.shape[0]
+        if self.current_pass == "stock":
+            self._held[layer_idx] = (key_states, value_states)
+            if self.get_seq_length(layer_idx) == 0:
+                return key_states, value_states
+            layer = self.layers[layer_idx]
+            return (
+                torch.cat((layer.keys[:rows], key_states), dim=-2),
+                torch.cat((layer.values[:rows], value_states), dim=-2),
+            )
+        stock_keys, stock_values = self._held.pop(layer_idx)
+        keys, values = super().update(
+            torch.cat((stock_keys, key_states)), torch.cat((stock_values, value_states)), layer_idx, *args, **kwargs
+        )
+        return keys[rows:], values[rows:]
+
+    def clear_held(self) -> None:
+        """Drop keys and values held back by an interrupted stock pass."""
+        self._held.clear()
+
+    def _select_rows(self, index: torch.Tensor) -> None:
+        """Keep (or reorder, or repeat) rows `index` of the batch, in both passes' rows and in the latents."""
+        for layer_idx, layer in enumerate(self.layers):
+            if not layer.is_initialized:
+                continue
+            layer_index = index.to(layer.keys.device)
+            if layer_idx < self.stock_layers:
+                half = layer.keys.shape[0] // 2
+                layer_index = torch.cat((layer_index, layer_index + half))
+            layer.keys = layer.keys.index_select(0, layer_index)
+            layer.values = layer.values.index_select(0, layer_index)
+        if self.latents is not None:
+            self.latents = self.latents.index_select(0, index.to(self.latents.device))
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        self._select_rows(beam_idx)
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self._select_rows(indices)
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        rows = self.latents.shape[0] if self.latents is not None else self._rows()
+        self._select_rows(torch.arange(rows).repeat_interleave(repeats))
+
+    def _rows(self) -> int:
+        layer = self.layers[-1]
+        return layer.keys.shape[0] if layer.is_initialized else 0
+
+    def crop(self, tokens_to_remove: int) -> None:
+        if tokens_to_remove != 0:
+            raise ValueError(
+                "A LatentCache cannot be cropped: the latents of earlier tokens are not kept, so decoding methods "
+                "that roll the cache back (assisted decoding, prompt lookup, DoLa) are not supported."
+            )
+
+
+class LatentProjection(nn.Linear):
+    """A down (hidden -> latent) or up (latent -> hidden) projection; initialised by the model's `_init_weights`
+    with Xavier-uniform of gain `gain` (0 gives zeros) and a zero bias."""
+
+    def __init__(self, in_features: int, out_features: int, gain: float):
+        super().__init__(in_features, out_features)
+        self.gain = gain
+
+
+class LatentDecoderLayerMixin:
+    """A stock decoder layer that can compress its output (`latent_down`, on a source layer) and add a gated
+    projection of a latent to its MLP output (`latent_up`, `latent_gate`, on a target layer)."""
+
+    def __init__(self, config, layer_idx: int):
+        super().__init__(config, layer_idx)
+        pairs = config.latent_pairs
+        self.layer_idx = layer_idx
+        self.latent_down = self.latent_up = self.latent_gate = None
+        if layer_idx in {s for s, _ in pairs}:
+            self.latent_down = LatentProjection(config.hidden_size, config.latent_dim, config.latent_down_init_gain)
+        if layer_idx in {t for _, t in pairs}:
+            up_gain = 0.0 if config.identity_init else config.latent_up_init_gain
+            self.latent_up = LatentProjection(config.latent_dim, config.hidden_size, up_gain)
+            self.latent_gate = nn.Parameter(torch.empty(()))
+            self.stats = StatsAccumulator()
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
+        use_cache: bool | None = False,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
+        latent: torch.Tensor | None = None,
+        latent_rows_from: int = 0,
+        **kwargs,
+    ) -> torch.Tensor:
+        """The stock layer; with `latent` (`[rows, seq, latent_dim]`), `sigmoid(gate) * up(latent)` is added to the
+        MLP output of rows `latent_rows_from` onwards."""
+        residual = hidden_states
+        hidden_states, _ = self.self_attn(
+            hidden_states=self.input_layernorm(hidden_states),
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            use_cache=use_cache,
+            position_embeddings=position_embeddings,
+            **kwargs,
+        )
+        hidden_states = residual + hidden_states
+        out = self.mlp(self.post_attention_layernorm(hidden_states))
+        if latent is not None:
+            out = self._inject(out, latent, latent_rows_from)
+        return hidden_states + out
+
+    def _inject(self, out: torch.Tensor, latent: torch.Tensor, rows_from: int) -> torch.Tensor:
+        adjustment = torch.sigmoid(self.latent_gate).to(out.dtype) * self.latent_up(latent.to(out.dtype))
+        with torch.no_grad():
+            ratio = torch.linalg.vector_norm(adjustment) / torch.linalg.vector_norm(out[rows_from:]).clamp_min(1e-12)
+            self.stats.add(f"latent/L{self.layer_idx}/adjustment_ratio", ratio)
+        if rows_from == 0:
+            return out + adjustment
+        return torch.cat((out[:rows_from], out[rows_from:] + adjustment))
+
+
+class Qwen3LatentDecoderLayer(LatentDecoderLayerMixin, Qwen3DecoderLayer):
+    pass
+
+
+class LlamaLatentDecoderLayer(LatentDecoderLayerMixin, LlamaDecoderLayer):
+    pass
+
+
+class LatentPreTrainedMixin(FreezeBaseMixin):
+    """Init, statistics and card text shared by every latent back-projection model (put before the stock class)."""
+
+    mechanism_name = "Latent back-projection"
+    mechanism_param_markers = ("latent_",)
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if isinstance(module, LatentProjection):
+            if module.gain == 0:
+                init.zeros_(module.weight)
+            else:
+                init.xavier_uniform_(module.weight, gain=module.gain)
+            init.zeros_(module.bias)
+        elif isinstance(module, LatentDecoderLayerMixin) and module.latent_gate is not None:
+            init.constant_(module.latent_gate, float(self.config.latent_gate_init))
+
+    def mechanism_summary(self) -> str:
+        c = self.config
+        pairs = c.latent_pairs
+        shown = ", ".join(f"L{s}->L{t}" for s, t in pairs[:3]) + (", ..." if len(pairs) > 3 else "")
+        frozen = "Only the latent projections and gates train (`freeze_base`). " if c.freeze_base else ""
+        return (
+            f"Latent back-projection (interlayer, seed 003): {len(pairs)} source layers compress their output to "
+            f"{c.latent_dim}-dimensional latents that are projected back up, gated by a sigmoid, and added to the MLP "
+            f"output of a shallower target layer ({shown}). Latents come from a first, stock pass "
+            f"(`latent_source={c.latent_source!r}`). Stock weight names; the mechanism's tensors are named `latent_*`. "
+            f"{frozen}Log `mechanism_stats()` (or use `interlayer.callbacks.MechanismStatsCallback`) to watch the "
+            "gates and the adjustment ratios."
+        )
+
+    def mechanism_state(self) -> dict[str, float]:
+        """The gate `sigmoid(g_t)` of every target layer."""
+        return {
+            f"latent/L{m.layer_idx}/gate": torch.sigmoid(m.latent_gate.detach().float()).item()
+            for m in self.modules()
+            if isinstance(m, LatentDecoderLayerMixin) and m.latent_gate is not None
+        }
+
+
+class LatentModelMixin(LatentPreTrainedMixin, DecoderStackMixin):
+    """The decoder stack with latent back-projection and its two passes."""
+
+    def build_mechanism(self, config) -> None:
+        pairs = config.latent_pairs
+        self.source_pair = {s: p for p, (s, _) in enumerate(pairs)}
+        self.target_pair = {t: p for p, (_, t) in enumerate(pairs)}
+        self.stock_depth = max(self.source_pair) + 1
+
+    def new_cache(self) -> LatentCache:
+        """An empty cache for this model (`stock_layers` set by `latent_source`)."""
+        stock_layers = 0 if self.config.latent_source == "recurrent" else self.stock_depth
+        return LatentCache(config=self.config, stock_layers=stock_layers)
+
+    @merge_with_config_defaults
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPast:
+        """As the stock model; `hidden_states` (when asked for) are those of the latent-applied pass."""
+        if (input_ids is None) ^ (inputs_embeds is not None):
+            raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)
+        cache = past_key_values
+        if use_cache and cache is None:
+            cache = self.new_cache()
+        if cache is not None and not isinstance(cache, LatentCache):
+            raise ValueError(
+                f"`past_key_values` must be a LatentCache (model.model.new_cache()), got {type(cache).__name__}: the "
+                "latent model keeps the stock pass's keys and values and the next token's latents beside its own."
+            )
+        seen = cache.get_seq_length() if cache is not None else 0
+        if position_ids is None:
+            position_ids = self.position_ids_for(inputs_embeds, cache)
+        masks = self.causal_masks(
+            attention_mask, inputs_embeds=inputs_embeds, past_key_values=cache, position_ids=position_ids
+        )
+        run = _Run(
+            model=self,
+            masks=masks,
+            position_embeddings=self.rotary_emb(inputs_embeds, position_ids=position_ids),
+            position_ids=position_ids,
+            cache=cache,
+            use_cache=use_cache,
+            token_mask=_token_mask(attention_mask, inputs_embeds),
+            hidden=[] if output_hidden_states else None,
+            kwargs=kwargs,
+        )
+        mode = self.config.latent_source
+        if cache is not None and seen > 0 and mode == "recurrent":
+            if inputs_embeds.shape[1] != 1:
+                raise ValueError(
+                    "latent_source='recurrent' decodes one token at a time once the cache holds a prompt, got "
+                    f"{inputs_embeds.shape[1]} new tokens."
+                )
+            hidden_states = run.single_pass(inputs_embeds, cache.latents)
+        elif cache is not None and seen > 0 and mode == "previous_position" and inputs_embeds.shape[1] == 1:
+            hidden_states = run.batched_step(inputs_embeds)
+        else:
+            hidden_states = run.two_passes(inputs_embeds)
+        hidden_states = self.norm(hidden_states)
+        if run.hidden is not None:
+            run.hidden[-1] = hidden_states
+        return BaseModelOutputWithPast(
+            last_hidden_state=hidden_states,
+            past_key_values=cache if use_cache else None,
+            hidden_states=tuple(run.hidden) if run.hidden is not None else None,
+        )
+
+
+def _token_mask(attention_mask, inputs_embeds) -> torch.Tensor | None:
+    """`[batch, seq, 1, 1]` booleans: which of the new tokens are real (None without a 2-d padding mask)."""
+    if not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() != 2:
+        return None
+    return attention_mask[:, -inputs_embeds.shape[1] :].bool()[:, :, None, None]
+
+
+def _rows_twice(x):
+    """Masks and position embeddings for a batch of 2B rows (the same for the stock and the latent rows)."""
+    if isinstance(x, tuple):
+        return tuple(_rows_twice(t) for t in x)
+    if isinstance(x, dict):
+        return {k: _rows_twice(v) for k, v in x.items()}
+    if isinstance(x, torch.Tensor) and x.shape[0] > 1:
+        return torch.cat((x, x))
+    return x
+
+
+class _Run:
+    """One forward of a latent model: the layer loop in its three forms (two passes, one batched step, one pass)."""
+
+    def __init__(self, model, masks, position_embeddings, position_ids, cache, use_cache, token_mask, hidden, kwargs):
+        self.model = model
+        self.layers = model.layers[: model.config.num_hidden_layers]
+        self.layer_types = model.layer_types
+        self.masks = masks
+        self.position_embeddings = position_embeddings
+        self.position_ids = position_ids
+        self.cache = cache
+        self.use_cache = use_cache
+        self.token_mask = token_mask
+        self.hidden = hidden
+        self.kwargs = kwargs
+
+    def _layer(self, i, x, latent=None, latent_rows_from=0, masks=None, position_embeddings=None, cached=True):
+        return self.layers[i](
+            x,
+            attention_mask=(masks or self.masks)[self.layer_types[i]],
+            position_embeddings=position_embeddings or self.position_embeddings,
+            position_ids=self.position_ids,
+            past_key_values=self.cache if cached else None,
+            use_cache=self.use_cache and cached,
+            latent=latent,
+            latent_rows_from=latent_rows_from,
+            **self.kwargs,
+        )
+
+    def _masked(self, latents: torch.Tensor) -> torch.Tensor:
+        """Zero the latents of padding tokens ([batch, seq, pairs, latent_dim])."""
+        if self.token_mask is None:
+            return latents
+        return torch.where(self.token_mask, latents, torch.zeros((), dtype=latents.dtype, device=latents.device))
+
+    def _record(self, x):
+        if self.hidden is not None:
+            self.hidden.append(x)
+
+    def stock_pass(self, x: torch.Tensor) -> torch.Tensor:
+        """Pass 1 up to the deepest source layer; the latents of every token, `[batch, seq, pairs, latent_dim]`.
+        With a frozen base no graph is built through the layers (only the down projections get gradients)."""
+        model, cache = self.model, self.cache
+        found = [None] * len(model.source_pair)
+        recurrent = model.config.latent_source == "recurrent"
+        layer_grad = torch.is_grad_enabled() and model.base_is_trainable
+        if cache is not None and not recurrent:
+            cache.current_pass = "stock"
+        try:
+            for i in range(model.stock_depth):
+                with torch.set_grad_enabled(layer_grad):
+                    # the recurrent cache keeps the latent pass only: its stock pass runs without one
+                    x = self._layer(i, x, cached=not recurrent)
+                if i in model.source_pair:
+                    found[model.source_pair[i]] = self.layers[i].latent_down(x)
+        except BaseException:
+            if cache is not None:
+                cache.current_pass = None
+                cache.clear_held()
+            raise
+        if cache is not None and not recurrent:
+            cache.current_pass = "latent"
+        return self._masked(torch.stack(found, dim=2))
+
+    def latent_pass(self, x: torch.Tensor, latents: torch.Tensor, extract_last: bool = False):
+        """Pass 2 through every layer with `latents[:, :, p]` injected at pair p's target layer. With `extract_last`
+        also returns the latents this pass gives its last token (`"recurrent"`)."""
+        model = self.model
+        found = [None] * len(model.source_pair) if extract_last else None
+        self._record(x)
+        try:
+            for i in range(len(self.layers)):
+                p = model.target_pair.get(i)
+                x = self._layer(i, x, latent=latents[:, :, p] if p is not None else None)
+                self._record(x)
+                if extract_last and i in model.source_pair:
+                    found[model.source_pair[i]] = self.layers[i].latent_down(x[:, -1:])
+        finally:
+            if self.cache is not None:
+                self.cache.current_pass = None
+                self.cache.clear_held()
+        if extract_last:
+            last = torch.stack(found, dim=2)
+            return x, last if self.token_mask is None else self._masked_last(last)
+        return x
+
+    def _masked_last(self, latents):
+        return torch.where(
+            self.token_mask[:, -1:], latents, torch.zeros((), dtype=latents.dtype, device=latents.device)
+        )
+
+    def two_passes(self, inputs_embeds: torch.Tensor) -> torch.Tensor:
+        """Training, full forwards and prompts: the stock pass, then the latent pass."""
+        model, cache = self.model, self.cache
+        latents = self.stock_pass(inputs_embeds)
+        if model.config.latent_source == "same_position":
+            inject = latents
+        else:
+            previous = cache.latents if cache is not None and cache.latents is not None else None
+            if previous is None:
+                previous = latents.new_zeros(latents[:, :1].shape)
+            inject = torch.cat((previous.to(latents.dtype), latents[:, :-1]), dim=1)
+        if model.config.latent_source == "recurrent" and cache is not None:
+            x, cache.latents = self.latent_pass(inputs_embeds, inject, extract_last=True)
+            return x
+        x = self.latent_pass(inputs_embeds, inject)
+        if cache is not None:
+            cache.latents = latents[:, -1:].detach()
+        return x
+
+    def single_pass(self, inputs_embeds: torch.Tensor, latents: torch.Tensor) -> torch.Tensor:
+        """`"recurrent"` decoding: one pass with the previous token's latents; keeps this token's own."""
+        x, self.cache.latents = self.latent_pass(inputs_embeds, latents, extract_last=True)
+        return x
+
+    def batched_step(self, inputs_embeds: torch.Tensor) -> torch.Tensor:
+        """`"previous_position"` decoding of one token: the stock and the latent pass as one batch of 2B rows up to
+        the deepest source layer, then the latent rows alone."""
+        model, cache = self.model, self.cache
+        rows = inputs_embeds.shape[0]
+        masks, position_embeddings = _rows_twice(self.masks), _rows_twice(self.position_embeddings)
+        found = [None] * len(model.source_pair)
+        x = torch.cat((inputs_embeds, inputs_embeds))
+        self._record(inputs_embeds)
+        for i in range(len(self.layers)):
+            if i == model.stock_depth:
+                x, masks, position_embeddings = x[rows:], self.masks, self.position_embeddings
+            stacked = i < model.stock_depth
+            p = model.target_pair.get(i)
+            latent = cache.latents[:, :, p] if p is not None else None
+            x = self._layer(
+                i,
+                x,
+                latent=latent,
+                latent_rows_from=rows if stacked else 0,
+                masks=masks,
+                position_embeddings=position_embeddings,
+            )
+            self._record(x[rows:] if stacked else x)
+            if i in model.source_pair:
+                found[model.source_pair[i]] = self.layers[i].latent_down(x[:rows])
+        latents = torch.stack(found, dim=2)
+        cache.latents = latents if self.token_mask is None else self._masked_last(latents)
+        return x
+
+
+class LatentForCausalLMMixin(LatentPreTrainedMixin, CausalLMMixin):
+    """The stock causal-LM head on a latent model; `generate()` gets a `LatentCache`."""
+
+    def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
+        super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
+        cache = model_kwargs.get("past_key_values")
+        if type(cache) is DynamicCache and not getattr(cache, "_is_user_defined", False):
+            model_kwargs["past_key_values"] = self.model.new_cache()
+
+
+class Qwen3LatentModel(LatentModelMixin, Qwen3Model):
+    config_class = Qwen3LatentConfig
+    decoder_layer_class = Qwen3LatentDecoderLayer
+    norm_class = Qwen3RMSNorm
+    rotary_class = Qwen3RotaryEmbedding
+    _no_split_modules = ["Qwen3LatentDecoderLayer"]
+    _can_record_outputs = {}
+
+
+class Qwen3LatentForCausalLM(LatentForCausalLMMixin, Qwen3ForCausalLM, GenerationMixin):
+    config_class = Qwen3LatentConfig
+    base_class = Qwen3LatentModel
+    _no_split_modules = ["Qwen3LatentDecoderLayer"]
+
+
+class LlamaLatentModel(LatentModelMixin, LlamaModel):
+    config_class = LlamaLatentConfig
+    decoder_layer_class = LlamaLatentDecoderLayer
+    norm_class = LlamaRMSNorm
+    rotary_class = LlamaRotaryEmbedding
+    _no_split_modules = ["LlamaLatentDecoderLayer"]
+    _can_record_outputs = {}
+
+
+class LlamaLatentForCausalLM(LatentForCausalLMMixin, LlamaForCausalLM, GenerationMixin):
+    config_class = LlamaLatentConfig
+    base_class = LlamaLatentModel
+    _no_split_modules = ["LlamaLatentDecoderLayer"]
+
+
+for _config, _base, _lm in (
+    (Qwen3LatentConfig, Qwen3LatentModel, Qwen3LatentForCausalLM),
+    (LlamaLatentConfig, LlamaLatentModel, LlamaLatentForCausalLM),
+):
+    _config.register_for_auto_class()
+    _base.register_for_auto_class("AutoModel")
+    _lm.register_for_auto_class("AutoModelForCausalLM")
+
+__all__ = [
+    "LatentCache",
+    "LlamaLatentForCausalLM",
+    "LlamaLatentModel",
+    "Qwen3LatentForCausalLM",
+    "Qwen3LatentModel",
+]
