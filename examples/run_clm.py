@@ -14,12 +14,13 @@ Hub datasets or local text / json files, block packing, the stock `Trainer`, per
         --lr_scheduler_type cosine --warmup_steps 0.1 --per_device_train_batch_size 4 \
         --gradient_accumulation_steps 8 --bf16 true --output_dir out/qwen3-hc-gsm8k
 
-`--mechanism stock` trains the unmodified stock model with the same recipe. `--set key=value` passes mechanism
-options (JSON values). With `--prompt_column`/`--response_column` each example becomes one text, through the
-tokenizer's chat template when it has one (user turn, assistant turn), otherwise `prompt + "\\n" + response`; texts
-are then concatenated and cut into blocks of `--block_size` tokens, as `run_clm.py` does. The mechanism's statistics
-(`MechanismStatsCallback`) join every log. The output folder holds the model (with its remote code and card),
-the tokenizer and `results.json` (held-out loss and perplexity).
+`--mechanism stock` trains the unmodified stock model with the same recipe (`--stock_train_last_layers N`: only its
+last N decoder layers, a baseline with a trainable-parameter count like a mechanism's on a frozen base).
+`--set key=value` passes mechanism options (JSON values). With `--prompt_column`/`--response_column` each example
+becomes one text, through the tokenizer's chat template when it has one (user turn, assistant turn), otherwise
+`prompt + "\\n" + response`; texts are then concatenated and cut into blocks of `--block_size` tokens, as
+`run_clm.py` does. The mechanism's statistics (`MechanismStatsCallback`) join every log. The output folder holds
+the model (with its remote code and card), the tokenizer and `results.json` (held-out loss and perplexity).
 """
 
 import json
@@ -55,6 +56,10 @@ class ModelArguments:
     mechanism: str = field(default="hyper-connections", metadata={"help": "zoo mechanism, or 'stock'"})
     set: list[str] = field(default_factory=list, metadata={"help": "mechanism options key=value (JSON values)"})
     freeze_base: bool | None = field(default=None, metadata={"help": "train only the mechanism's parameters"})
+    stock_train_last_layers: int | None = field(
+        default=None,
+        metadata={"help": "with --mechanism stock: train only the last N decoder layers (a baseline of similar size)"},
+    )
     evaluate_before_training: bool = field(default=False, metadata={"help": "also report the held-out loss at step 0"})
 
 
@@ -122,6 +127,24 @@ def pack(token_ids: dict, block_size: int) -> dict:
     return {"input_ids": blocks, "attention_mask": [[1] * block_size for _ in blocks], "labels": blocks}
 
 
+def check_model_arguments(args: ModelArguments) -> None:
+    if args.stock_train_last_layers is not None and args.mechanism != "stock":
+        raise ValueError(
+            f"--stock_train_last_layers is for --mechanism stock, got --mechanism {args.mechanism!r} (use "
+            "--freeze_base for a mechanism)."
+        )
+
+
+def train_last_layers(model, n: int) -> None:
+    """Freeze every parameter but those of the last `n` decoder layers (embeddings, final norm and head frozen)."""
+    layers = model.get_decoder().layers
+    if not 1 <= n <= len(layers):
+        raise ValueError(f"--stock_train_last_layers must be in [1, {len(layers)}], got {n}.")
+    model.requires_grad_(False)
+    for layer in layers[len(layers) - n :]:
+        layer.requires_grad_(True)
+
+
 def main():
     parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
     parser.set_defaults(
@@ -141,9 +164,12 @@ def main():
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     set_seed(training_args.seed)
 
+    check_model_arguments(model_args)
     tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path)
     if model_args.mechanism == "stock":
         model = AutoModelForCausalLM.from_pretrained(model_args.model_name_or_path)
+        if model_args.stock_train_last_layers is not None:
+            train_last_layers(model, model_args.stock_train_last_layers)
     else:
         options = dict(parse_option(o) for o in model_args.set)
         if model_args.freeze_base is not None:

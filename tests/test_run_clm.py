@@ -1,5 +1,6 @@
-"""`examples/run_clm.py` on a tiny stock Llama with a byte-level BPE tokenizer: hyper-connections train (only their
-parameters under `--freeze_base`), their statistics reach the Trainer logs, and the folder loads as remote code."""
+"""`examples/run_clm.py` on a tiny stock Llama with a byte-level BPE tokenizer: hyper-connections and latent
+back-projection train (only their parameters under `--freeze_base`), their statistics reach the Trainer logs, and the
+folder loads as remote code; the stock baseline trains only its last layers when asked."""
 
 import importlib.util
 import json
@@ -13,7 +14,25 @@ from hc_fixtures import save_tiny_llama_with_tokenizer, write_qa_pairs
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_run_clm_trains_hyper_connections_and_saves_a_shareable_model(tmp_path):
+MECHANISMS = {
+    "hyper-connections": dict(
+        options=["--set", "hc_mode=mhc", "--set", "hc_streams=2"],
+        logged=("hc/amax_gain_row", "hc/L1/mlp/res_1_0"),
+        file="modeling_hyper_connections.py",
+        model="LlamaMHCForCausalLM",
+    ),
+    "latent": dict(
+        options=["--set", 'latent_source="previous_position"', "--set", "latent_dim=8"],
+        logged=("latent/L0/gate", "latent/L0/adjustment_ratio"),
+        file="modeling_latent.py",
+        model="LlamaLatentForCausalLM",
+    ),
+}
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_run_clm_trains_a_mechanism_and_saves_a_shareable_model(tmp_path, mechanism):
+    expected = MECHANISMS[mechanism]
     text = write_qa_pairs(tmp_path / "qa.jsonl", 120)
     stock = tmp_path / "stock"
     save_tiny_llama_with_tokenizer(stock, text)
@@ -24,11 +43,8 @@ def test_run_clm_trains_hyper_connections_and_saves_a_shareable_model(tmp_path):
         "--model_name_or_path",
         str(stock),
         "--mechanism",
-        "hyper-connections",
-        "--set",
-        "hc_mode=mhc",
-        "--set",
-        "hc_streams=2",
+        mechanism,
+        *expected["options"],
         "--freeze_base",
         "true",
         "--train_file",
@@ -62,14 +78,14 @@ def test_run_clm_trains_hyper_connections_and_saves_a_shareable_model(tmp_path):
     assert 0 < params["trainable"] < params["total"] / 10
     logs = json.loads((out / "trainer_state.json").read_text())["log_history"]
     trained = [row for row in logs if "loss" in row]
-    assert trained and all("hc/amax_gain_row" in row and "hc/L1/mlp/res_1_0" in row for row in trained)
-    assert any("eval_hc/amax_gain_row" in row for row in logs)
-    assert {"modeling_hyper_connections.py", "README.md", "tokenizer.json"} <= {p.name for p in out.iterdir()}
+    assert trained and all(all(name in row for name in expected["logged"]) for row in trained)
+    assert any(f"eval_{expected['logged'][1]}" in row for row in logs)
+    assert {expected["file"], "README.md", "tokenizer.json"} <= {p.name for p in out.iterdir()}
     load = (
         "import sys, torch; from transformers import AutoModelForCausalLM as A; "
         f"sys.path = [p for p in sys.path if p not in ('', {str(ROOT)!r})]; "
         "m = A.from_pretrained(sys.argv[1], trust_remote_code=True); "
-        "assert type(m).__name__ == 'LlamaMHCForCausalLM' and 'interlayer' not in sys.modules; print('ok')"
+        f"assert type(m).__name__ == {expected['model']!r} and 'interlayer' not in sys.modules; print('ok')"
     )
     loaded = subprocess.run([sys.executable, "-c", load, str(out)], capture_output=True, text=True, cwd=tmp_path)
     assert loaded.stdout.strip() == "ok", loaded.stderr[-2000:]
@@ -85,3 +101,25 @@ def test_run_clm_refuses_bad_data_arguments_early():
         run_clm.load_splits(run_clm.DataArguments())
     with pytest.raises(ValueError, match="--prompt_column and --response_column go together"):
         run_clm.to_text(None, run_clm.DataArguments(prompt_column="question"))
+
+
+def test_run_clm_stock_baseline_trains_only_its_last_layers(tmp_path):
+    spec = importlib.util.spec_from_file_location("run_clm", ROOT / "examples" / "run_clm.py")
+    run_clm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run_clm)
+    save_tiny_llama_with_tokenizer(tmp_path / "stock", write_qa_pairs(tmp_path / "qa.jsonl", 10), layers=3)
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "stock")
+    run_clm.train_last_layers(model, 1)
+    trainable = {n.split(".")[2] for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable == {"2"}
+    assert sum(p.numel() for p in model.parameters() if p.requires_grad) == sum(
+        p.numel() for p in model.model.layers[2].parameters()
+    )
+    with pytest.raises(ValueError, match=r"--stock_train_last_layers must be in \[1, 3\], got 4"):
+        run_clm.train_last_layers(model, 4)
+    with pytest.raises(ValueError, match="--stock_train_last_layers is for --mechanism stock.*'latent'"):
+        run_clm.check_model_arguments(
+            run_clm.ModelArguments(model_name_or_path="x", mechanism="latent", stock_train_last_layers=1)
+        )

@@ -36,7 +36,7 @@ class LatentFields(ZooConfigFields):
             seed's 28-layer Qwen3-0.6B, 5 on 30-layer SmolLM2-135M, 1 on a 4-layer model).
         latent_source_layers (`list[int]`, *optional*): the source layers, in the order of `latent_target_layers`.
             Defaults to layers `offset` .. `L - 1 - round(2/28 of L)` (L5..L25 on 28 layers: the seed leaves the top
-            two layers out).
+            two layers out), at least one layer.
         latent_target_layers (`list[int]`, *optional*): the target layers, one per source. Defaults to each source
             minus `latent_offset`. Give both lists to choose any pairing (each layer at most once in each list).
         latent_source (`str`, defaults to `"previous_position"`): where token t's latents come from.
@@ -107,7 +107,7 @@ class LatentFields(ZooConfigFields):
         offset = self.latent_offset if self.latent_offset is not None else default_latent_offset(layers)
         sources, targets = self.latent_source_layers, self.latent_target_layers
         if sources is None and targets is None:
-            sources = list(range(max(offset, 0), default_last_source(layers) + 1))
+            sources = list(range(max(offset, 0), max(offset, default_last_source(layers)) + 1))
         if sources is None:
             sources = [t + offset for t in targets]
         if targets is None:

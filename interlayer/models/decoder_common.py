@@ -7,6 +7,7 @@ It sits beside the modeling files that import it, so `save_pretrained` ships it 
 
 import torch
 from torch import nn
+from transformers.cache_utils import Cache, DynamicCache
 from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
 from transformers.modeling_utils import PreTrainedModel
 
@@ -64,6 +65,32 @@ class DecoderStackMixin(FreezeBaseMixin):
     def build_mechanism(self, config) -> None:
         """Create the model-level parameters of the mechanism (before `post_init` initialises them)."""
 
+    def new_cache(self) -> Cache:
+        """The cache a forward with `use_cache` and no cache starts (and `generate()` gets)."""
+        return DynamicCache(config=self.config)
+
+    def check_cache(self, cache: Cache) -> None:
+        """Refuse a cache this model cannot use (a mechanism overrides it)."""
+
+    def prepare_inputs(self, input_ids, inputs_embeds, attention_mask, position_ids, past_key_values, use_cache):
+        """The stock forward's preamble: embeddings, the cache, position ids, the masks per layer type and the rotary
+        position embeddings, as `(inputs_embeds, past_key_values, position_ids, masks, position_embeddings)`."""
+        if (input_ids is None) ^ (inputs_embeds is not None):
+            raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)
+        if use_cache and past_key_values is None:
+            past_key_values = self.new_cache()
+        if past_key_values is not None:
+            self.check_cache(past_key_values)
+        if position_ids is None:
+            position_ids = self.position_ids_for(inputs_embeds, past_key_values)
+        masks = self.causal_masks(
+            attention_mask, inputs_embeds=inputs_embeds, past_key_values=past_key_values, position_ids=position_ids
+        )
+        position_embeddings = self.rotary_emb(inputs_embeds, position_ids=position_ids)
+        return inputs_embeds, past_key_values, position_ids, masks, position_embeddings
+
     @property
     def layer_types(self) -> list[str]:
         types = getattr(self.config, "layer_types", None)
@@ -98,3 +125,10 @@ class CausalLMMixin(FreezeBaseMixin):
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
         self.apply_freeze_base()
+
+    def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
+        """As the stock method; the default dynamic cache it makes is replaced by the decoder's own `new_cache()`."""
+        super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
+        cache = model_kwargs.get("past_key_values")
+        if type(cache) is DynamicCache and not getattr(cache, "_is_user_defined", False):
+            model_kwargs["past_key_values"] = self.model.new_cache()

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers import initialization as init
-from transformers.cache_utils import Cache, DynamicCache
+from transformers.cache_utils import Cache
 from transformers.generation import GenerationMixin
 from transformers.modeling_outputs import BaseModelOutputWithPast
 from transformers.models.llama.modeling_llama import (
@@ -403,21 +403,12 @@ class HCModelMixin(HCPreTrainedMixin, DecoderStackMixin):
         **kwargs,
     ) -> BaseModelOutputWithPast:
         """As the stock model; `hidden_states` (when asked for) are the read-outs of the streams after each layer."""
-        if (input_ids is None) ^ (inputs_embeds is not None):
-            raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
-        if inputs_embeds is None:
-            inputs_embeds = self.embed_tokens(input_ids)
-        if use_cache and past_key_values is None:
-            past_key_values = DynamicCache(config=self.config)
-        if position_ids is None:
-            position_ids = self.position_ids_for(inputs_embeds, past_key_values)
-        masks = self.causal_masks(
-            attention_mask, inputs_embeds=inputs_embeds, past_key_values=past_key_values, position_ids=position_ids
+        inputs_embeds, past_key_values, position_ids, masks, position_embeddings = self.prepare_inputs(
+            input_ids, inputs_embeds, attention_mask, position_ids, past_key_values, use_cache
         )
         layer_types = self.layer_types
-        position_embeddings = self.rotary_emb(inputs_embeds, position_ids=position_ids)
         streams = inputs_embeds.unsqueeze(-2).expand(*inputs_embeds.shape[:-1], self.config.hc_streams, -1)
         all_hidden = [inputs_embeds] if output_hidden_states else None
         recompute = None

@@ -250,6 +250,13 @@ class LatentModelMixin(LatentPreTrainedMixin, DecoderStackMixin):
         stock_layers = 0 if self.config.latent_source == "recurrent" else self.stock_depth
         return LatentCache(config=self.config, stock_layers=stock_layers)
 
+    def check_cache(self, cache: Cache) -> None:
+        if not isinstance(cache, LatentCache):
+            raise ValueError(
+                f"`past_key_values` must be a LatentCache (model.model.new_cache()), got {type(cache).__name__}: the "
+                "latent model keeps the stock pass's keys and values and the next token's latents beside its own."
+            )
+
     @merge_with_config_defaults
     @capture_outputs
     def forward(
@@ -264,30 +271,16 @@ class LatentModelMixin(LatentPreTrainedMixin, DecoderStackMixin):
         **kwargs,
     ) -> BaseModelOutputWithPast:
         """As the stock model; `hidden_states` (when asked for) are those of the latent-applied pass."""
-        if (input_ids is None) ^ (inputs_embeds is not None):
-            raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
-        if inputs_embeds is None:
-            inputs_embeds = self.embed_tokens(input_ids)
-        cache = past_key_values
-        if use_cache and cache is None:
-            cache = self.new_cache()
-        if cache is not None and not isinstance(cache, LatentCache):
-            raise ValueError(
-                f"`past_key_values` must be a LatentCache (model.model.new_cache()), got {type(cache).__name__}: the "
-                "latent model keeps the stock pass's keys and values and the next token's latents beside its own."
-            )
-        seen = cache.get_seq_length() if cache is not None else 0
-        if position_ids is None:
-            position_ids = self.position_ids_for(inputs_embeds, cache)
-        masks = self.causal_masks(
-            attention_mask, inputs_embeds=inputs_embeds, past_key_values=cache, position_ids=position_ids
+        inputs_embeds, cache, position_ids, masks, position_embeddings = self.prepare_inputs(
+            input_ids, inputs_embeds, attention_mask, position_ids, past_key_values, use_cache
         )
+        seen = cache.get_seq_length() if cache is not None else 0
         run = _Run(
             model=self,
             masks=masks,
-            position_embeddings=self.rotary_emb(inputs_embeds, position_ids=position_ids),
+            position_embeddings=position_embeddings,
             position_ids=position_ids,
             cache=cache,
             use_cache=use_cache,
@@ -483,12 +476,6 @@ class _Run:
 
 class LatentForCausalLMMixin(LatentPreTrainedMixin, CausalLMMixin):
     """The stock causal-LM head on a latent model; `generate()` gets a `LatentCache`."""
-
-    def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
-        super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
-        cache = model_kwargs.get("past_key_values")
-        if type(cache) is DynamicCache and not getattr(cache, "_is_user_defined", False):
-            model_kwargs["past_key_values"] = self.model.new_cache()
 
 
 class Qwen3LatentModel(LatentModelMixin, Qwen3Model):
