@@ -10,6 +10,7 @@ from .models.configuration_bridge import BRIDGE_PRESETS, BertBridgeConfig, Rober
 from .models.configuration_gated_gpt2 import GatedGPT2Config
 from .models.configuration_hyper_connections import LlamaMHCConfig, Qwen3MHCConfig
 from .models.configuration_latent import LlamaLatentConfig, Qwen3LatentConfig
+from .models.configuration_marian_bridge import MarianBridgeConfig
 from .models.modeling_bridge import (
     BertBridgeForSequenceClassification,
     BertBridgeModel,
@@ -19,6 +20,7 @@ from .models.modeling_bridge import (
 from .models.modeling_gated_gpt2 import GatedGPT2LMHeadModel, GatedGPT2Model
 from .models.modeling_hyper_connections import LlamaMHCForCausalLM, LlamaMHCModel, Qwen3MHCForCausalLM, Qwen3MHCModel
 from .models.modeling_latent import LlamaLatentForCausalLM, LlamaLatentModel, Qwen3LatentForCausalLM, Qwen3LatentModel
+from .models.modeling_marian_bridge import MarianBridgeForConditionalGeneration, MarianBridgeModel
 from .zoo import ZOO, convert
 
 __version__ = "0.1.0"
@@ -41,6 +43,9 @@ __all__ = [
     "LlamaMHCConfig",
     "LlamaMHCForCausalLM",
     "LlamaMHCModel",
+    "MarianBridgeConfig",
+    "MarianBridgeForConditionalGeneration",
+    "MarianBridgeModel",
     "Qwen3LatentConfig",
     "Qwen3LatentForCausalLM",
     "Qwen3LatentModel",

@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
@@ -31,6 +31,8 @@ class ConformanceCase:
         active_options: options with which the mechanism changes the model's function (`identity_init=False`, ...).
         make_batch: `make_batch() -> dict` of model inputs of a padded batch; example 0 is unpadded, others padded.
         output_name: the output field compared (`"logits"`, `"last_hidden_state"`).
+        identity_options: options under which `identity_init=True` can hold (for a mechanism that can start as the
+            identity only in some of its forms).
         labels: `labels(batch) -> tensor` for training.
         config_errors: `(options, regex)` pairs: `model_class.config_class(**base, **options)` raises, message
             matching regex.
@@ -46,6 +48,7 @@ class ConformanceCase:
     wrong_architecture: Callable[[str], None]
     config_errors: list[tuple[dict, str]]
     output_name: str = "logits"
+    identity_options: dict = field(default_factory=dict)
     train_steps: int = 3
     learning_rate: float = 1e-2
 
@@ -55,9 +58,11 @@ def _output(model, batch, name):
 
 
 def _example(batch: dict, i: int) -> dict:
-    """Example i of a padded batch, with its padding removed."""
-    length = int(batch["attention_mask"][i].sum())
-    return {k: v[i : i + 1, :length] for k, v in batch.items()}
+    """Example i of a padded batch, with its padding removed (from the inputs shaped like the attention mask; other
+    inputs, such as a seq2seq model's decoder inputs, keep their whole row)."""
+    mask = batch["attention_mask"]
+    length = int(mask[i].sum())
+    return {k: v[i : i + 1, :length] if v.shape == mask.shape else v[i : i + 1] for k, v in batch.items()}
 
 
 class ConformanceSuite:
@@ -95,7 +100,7 @@ class ConformanceSuite:
 
     def test_identity_init_matches_stock(self, tmp_path):
         folder, stock = self._stock(tmp_path)
-        model = self._zoo(folder, identity_init=True)
+        model = self._zoo(folder, **{**self.case.identity_options, "identity_init": True})
         batch = self.case.make_batch()
         with torch.no_grad():
             torch.testing.assert_close(

@@ -7,12 +7,19 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 
-from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification, PretrainedConfig
+from transformers import (
+    AutoModel,
+    AutoModelForCausalLM,
+    AutoModelForSeq2SeqLM,
+    AutoModelForSequenceClassification,
+    PretrainedConfig,
+)
 
 from .models.configuration_bridge import BertBridgeConfig, RobertaBridgeConfig
 from .models.configuration_gated_gpt2 import GatedGPT2Config
 from .models.configuration_hyper_connections import LlamaMHCConfig, Qwen3MHCConfig
 from .models.configuration_latent import LlamaLatentConfig, Qwen3LatentConfig
+from .models.configuration_marian_bridge import MarianBridgeConfig
 from .models.modeling_bridge import (
     BertBridgeForSequenceClassification,
     BertBridgeModel,
@@ -22,6 +29,7 @@ from .models.modeling_bridge import (
 from .models.modeling_gated_gpt2 import GatedGPT2LMHeadModel, GatedGPT2Model
 from .models.modeling_hyper_connections import LlamaMHCForCausalLM, LlamaMHCModel, Qwen3MHCForCausalLM, Qwen3MHCModel
 from .models.modeling_latent import LlamaLatentForCausalLM, LlamaLatentModel, Qwen3LatentForCausalLM, Qwen3LatentModel
+from .models.modeling_marian_bridge import MarianBridgeForConditionalGeneration, MarianBridgeModel
 from .models.zoo_common import check_choice
 
 
@@ -64,6 +72,15 @@ ZOO: tuple[ZooEntry, ...] = (
     ZooEntry("latent", "qwen3", "causal-lm", Qwen3LatentConfig, Qwen3LatentForCausalLM, AutoModelForCausalLM),
     ZooEntry("latent", "llama", "base", LlamaLatentConfig, LlamaLatentModel, AutoModel),
     ZooEntry("latent", "llama", "causal-lm", LlamaLatentConfig, LlamaLatentForCausalLM, AutoModelForCausalLM),
+    ZooEntry("attention-bridge", "marian", "base", MarianBridgeConfig, MarianBridgeModel, AutoModel),
+    ZooEntry(
+        "attention-bridge",
+        "marian",
+        "translation",
+        MarianBridgeConfig,
+        MarianBridgeForConditionalGeneration,
+        AutoModelForSeq2SeqLM,
+    ),
 )
 
 TASKS = sorted({e.task for e in ZOO})
@@ -94,6 +111,8 @@ def default_task(config_dict: dict) -> str:
         return "sequence-classification"
     if any(a.endswith(("LMHeadModel", "ForCausalLM")) for a in architectures):
         return "causal-lm"
+    if any(a.endswith(("MTModel", "ForConditionalGeneration")) for a in architectures):
+        return "translation"
     return "base"
 
 

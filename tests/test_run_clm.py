@@ -22,7 +22,7 @@ MECHANISMS = {
         model="LlamaMHCForCausalLM",
     ),
     "latent": dict(
-        options=["--set", 'latent_source="previous_position"', "--set", "latent_dim=8"],
+        options=["--set", "latent_source=previous_position", "--set", "latent_dim=8"],
         logged=("latent/L0/gate", "latent/L0/adjustment_ratio"),
         file="modeling_latent.py",
         model="LlamaLatentForCausalLM",

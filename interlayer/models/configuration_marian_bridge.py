@@ -1,0 +1,101 @@
+"""Configuration of attention bridges between an encoder and language-specific decoders (seed 004) on Marian."""
+
+import dataclasses
+from typing import Literal
+
+from huggingface_hub.dataclasses import strict
+from transformers import MarianConfig
+
+from .zoo_common import ZooConfigFields, ZooConfigMixin, check_choice, check_range
+
+BRIDGE_LAYER_TYPES = ("lin", "perceiver", "simple", "transformer", "feedforward")
+FIXED_LENGTH_TYPES = ("lin", "perceiver", "simple")
+BRIDGE_NORMS = ("layernorm", "rmsnorm", "none")
+
+
+@dataclasses.dataclass(kw_only=True)
+class AttentionBridgeFields(ZooConfigFields):
+    r"""
+    Attention-bridge options (seed 004): a shared stack of bridge layers between the encoder and the decoders'
+    cross-attention, and optionally one decoder per target language.
+
+    Args:
+        bridge_layers (`list[str]`, defaults to `["lin"]`): the bridge layers, applied in order to the encoder output:
+            `"lin"` (Lin et al. 2017 structured self-attention: `bridge_fixed_length` attention heads over the source,
+            `softmax_len(W2 relu(W1 H))^T H`), `"simple"` (learned queries attending over the source), `"perceiver"`
+            (a learned latent array cross-attending to the encoder output, then a self-attention block; later
+            perceiver layers refine the previous output and still attend to the encoder output), `"transformer"` (a
+            pre-norm transformer encoder layer, variable length) and `"feedforward"` (Linear, ReLU, Linear, norm; no
+            residual). An empty list is no bridge. `lin`, `simple` and `perceiver` give the decoder a fixed-length
+            memory of `bridge_fixed_length` slots.
+        bridge_fixed_length (`int`, defaults to 50): slots of a fixed-length bridge (the toolkit's `ab_fixed_length`).
+        bridge_hidden_size (`int`, defaults to 2048): inner width of the lin scorer, the simple bridge's queries and
+            keys, and the feed-forward blocks (the toolkit's `hidden_ab_size`).
+        bridge_heads (`int`, defaults to 8): attention heads of the perceiver and transformer layers (must divide
+            `d_model`).
+        bridge_norm (`str`, defaults to `"layernorm"`): `"layernorm"`, `"rmsnorm"` or `"none"`, eps `bridge_norm_eps`.
+        bridge_norm_eps (`float`, defaults to 1e-6).
+        decoder_languages (`list[str]`, *optional*): one decoder per target language, sharing the encoder, the bridge,
+            the embeddings and the output layer. The first language's decoder is the stock `model.decoder`; the others
+            (`model.language_decoders.<lang>`) start as copies of the stock decoder when converting a stock
+            checkpoint. The language is chosen per batch: `forward(..., tgt_lang="de")`, `generate(..., tgt_lang="de")`.
+        identity_init (`bool`, defaults to `False`): start the bridge as the identity, so the converted model computes
+            the stock function. Only a bridge made of `"transformer"` layers can (their residual branches start at
+            zero); any other layer type raises.
+    """
+
+    bridge_layers: list[str] = dataclasses.field(default_factory=lambda: ["lin"])
+    bridge_fixed_length: int = 50
+    bridge_hidden_size: int = 2048
+    bridge_heads: int = 8
+    bridge_norm: Literal["layernorm", "rmsnorm", "none"] = "layernorm"
+    bridge_norm_eps: float = 1e-6
+    decoder_languages: list[str] | None = None
+    identity_init: bool = False
+
+    def validate_attention_bridge(self):
+        for i, layer in enumerate(self.bridge_layers):
+            check_choice(f"bridge_layers[{i}]", layer, BRIDGE_LAYER_TYPES)
+        check_range("bridge_fixed_length", self.bridge_fixed_length, 1)
+        check_range("bridge_hidden_size", self.bridge_hidden_size, 1)
+        check_range("bridge_heads", self.bridge_heads, 1)
+        check_choice("bridge_norm", self.bridge_norm, BRIDGE_NORMS)
+        check_range("bridge_norm_eps", self.bridge_norm_eps, 0, low_open=True)
+        uses_heads = {"perceiver", "transformer"} & set(self.bridge_layers)
+        if uses_heads and self.d_model % self.bridge_heads:
+            raise ValueError(
+                f"`bridge_heads` must divide d_model={self.d_model} for {sorted(uses_heads)} bridge layers, got "
+                f"{self.bridge_heads}."
+            )
+        if self.decoder_languages is not None:
+            languages = self.decoder_languages
+            if not languages or any(not isinstance(x, str) or not x for x in languages):
+                raise ValueError(f"`decoder_languages` must be a non-empty list of language names, got {languages!r}.")
+            if len(set(languages)) != len(languages):
+                raise ValueError(f"`decoder_languages` must not repeat a language, got {languages!r}.")
+        if self.identity_init:
+            other = [t for t in self.bridge_layers if t != "transformer"]
+            if other:
+                raise ValueError(
+                    f"`identity_init=True` needs a bridge of 'transformer' layers only (their residual branches can "
+                    f"start at zero); a {other[0]!r} bridge layer cannot start as the identity"
+                    + (" (it gives the decoder a fixed-length memory)" if other[0] in FIXED_LENGTH_TYPES else "")
+                    + ". Use identity_init=False."
+                )
+
+    @property
+    def bridge_is_fixed_length(self) -> bool:
+        """Whether the decoder's memory is `bridge_fixed_length` slots (then no source padding mask applies)."""
+        return any(t in FIXED_LENGTH_TYPES for t in self.bridge_layers)
+
+
+@strict
+class MarianBridgeConfig(ZooConfigMixin, MarianConfig, AttentionBridgeFields):
+    r"""Configuration of [`MarianBridgeForConditionalGeneration`]: every [`MarianConfig`] field plus the options of
+    [`AttentionBridgeFields`]. Converts checkpoints of model_type `marian` (Helsinki-NLP opus-mt models)."""
+
+    model_type = "marian_bridge"
+    stock_model_types = ("marian",)
+
+
+__all__ = ["BRIDGE_LAYER_TYPES", "AttentionBridgeFields", "MarianBridgeConfig"]

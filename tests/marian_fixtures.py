@@ -1,0 +1,48 @@
+"""A tiny stock Marian checkpoint and seq2seq batches for the attention-bridge tests."""
+
+import torch
+from transformers import MarianConfig, MarianMTModel
+
+PAD = 63
+TINY_MARIAN = dict(
+    vocab_size=64,
+    decoder_vocab_size=64,
+    d_model=32,
+    encoder_layers=2,
+    decoder_layers=2,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
+    encoder_ffn_dim=64,
+    decoder_ffn_dim=64,
+    max_position_embeddings=64,
+    pad_token_id=PAD,
+    decoder_start_token_id=PAD,
+    eos_token_id=1,
+    forced_eos_token_id=None,
+)
+TINY_BRIDGE = dict(bridge_fixed_length=5, bridge_hidden_size=48, bridge_heads=4)
+
+
+def build_stock_marian(folder):
+    torch.manual_seed(0)
+    model = MarianMTModel(MarianConfig(**TINY_MARIAN))
+    model.save_pretrained(folder)
+    return model
+
+
+def source_batch(lengths=(12, 9, 5), target_length=7, seed=0):
+    """Right-padded sources (example 0 unpadded) and unpadded decoder inputs of another length."""
+    g = torch.Generator().manual_seed(seed)
+    width = max(lengths)
+    input_ids = torch.full((len(lengths), width), PAD, dtype=torch.long)
+    attention_mask = torch.zeros(len(lengths), width, dtype=torch.long)
+    for i, n in enumerate(lengths):
+        input_ids[i, :n] = torch.randint(2, PAD, (n,), generator=g)
+        attention_mask[i, :n] = 1
+    decoder_input_ids = torch.randint(2, PAD, (len(lengths), target_length), generator=g)
+    decoder_input_ids[:, 0] = PAD
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "decoder_input_ids": decoder_input_ids}
+
+
+def target_labels(batch):
+    return torch.roll(batch["decoder_input_ids"], -1, dims=1)

@@ -1,0 +1,49 @@
+"""The zoo's conformance suite on attention bridges: fixed-length (lin; perceiver over a transformer layer with
+RMSNorm) and variable-length (transformer and feed-forward) bridges on Marian."""
+
+from gpt2_fixtures import build_bert
+from marian_fixtures import TINY_BRIDGE, TINY_MARIAN, build_stock_marian, source_batch, target_labels
+
+from interlayer import MarianBridgeForConditionalGeneration
+from interlayer.testing import ConformanceCase, ConformanceSuite
+
+BRIDGE_CONFIG_ERRORS = [
+    (dict(bridge_layers=["lin", "mlp"]), r"bridge_layers\[1\].*one of.*'transformer'.*got 'mlp'"),
+    (dict(bridge_fixed_length=0), r"bridge_fixed_length.*>= 1.*got 0"),
+    (dict(bridge_hidden_size=0), r"bridge_hidden_size.*>= 1"),
+    (dict(bridge_norm="batchnorm"), r"bridge_norm.*batchnorm"),
+    (dict(bridge_layers=["perceiver"], bridge_heads=5), r"bridge_heads.*divide d_model=32.*got 5"),
+    (dict(decoder_languages=["de", "de"]), r"decoder_languages.*must not repeat"),
+    (dict(decoder_languages=[]), r"decoder_languages.*non-empty"),
+    (dict(bridge_layers=["transformer", "lin"], identity_init=True), r"identity_init=True.*'lin' bridge layer cannot"),
+    (dict(bridge_layers=["feedforward"], identity_init=True), r"'feedforward' bridge layer cannot"),
+]
+
+
+def bridge_case(active_options):
+    return ConformanceCase(
+        build_stock=build_stock_marian,
+        model_class=MarianBridgeForConditionalGeneration,
+        auto_class_name="AutoModelForSeq2SeqLM",
+        active_options={**TINY_BRIDGE, **active_options},
+        identity_options={**TINY_BRIDGE, "bridge_layers": ["transformer", "transformer"]},
+        make_batch=source_batch,
+        labels=target_labels,
+        wrong_architecture=build_bert,
+        config_errors=[({**TINY_MARIAN, **TINY_BRIDGE, **o}, p) for o, p in BRIDGE_CONFIG_ERRORS],
+    )
+
+
+class TestLinBridgeConformance(ConformanceSuite):
+    def make_case(self):
+        return bridge_case(dict(bridge_layers=["lin"]))
+
+
+class TestPerceiverBridgeConformance(ConformanceSuite):
+    def make_case(self):
+        return bridge_case(dict(bridge_layers=["transformer", "perceiver", "perceiver"], bridge_norm="rmsnorm"))
+
+
+class TestVariableLengthBridgeConformance(ConformanceSuite):
+    def make_case(self):
+        return bridge_case(dict(bridge_layers=["transformer", "feedforward"], decoder_languages=["de"]))
