@@ -11,8 +11,10 @@ state excluded), each configuration in its own subprocess (see `harness.py`).
 
 Generation: greedy tokens/s with the KV cache (prompt 64, 32 new tokens, batch 1), best of 3, for each
 `latent_source`, and for `previous_position` also with its two passes run one after the other instead of as one
-batch of 2B rows (the same arithmetic, checked equal). Random weights of the SmolLM2-135M shape with the seed's
-initialisation (the cost does not depend on the values). Prints markdown tables; docs/latent.md records them.
+batch of 2B rows (the same arithmetic, checked equal); "stock, 2 sequences" is the stock model decoding two
+sequences at once (decoding steps per second), the cost of a step of two rows on this machine. Random weights of
+the SmolLM2-135M shape with the seed's initialisation (the cost does not depend on the values). Prints markdown
+tables; docs/latent.md records them.
 """
 
 import argparse
@@ -28,6 +30,7 @@ TRAINING = {
 }
 GENERATION = {
     "stock": None,
+    "stock, 2 sequences (steps/s)": None,
     "previous_position": dict(latent_source="previous_position"),
     "previous_position, passes one after the other": dict(latent_source="previous_position"),
     "same_position": dict(latent_source="same_position"),
@@ -57,7 +60,7 @@ def worker(name: str, batch: int, seq: int, steps: int, generation: bool) -> dic
     torch.set_num_threads(2)
     if generation:
         model = build(GENERATION[name]).eval()
-        prompt = torch.randint(100, 40000, (1, 64))
+        prompt = torch.randint(100, 40000, (2 if "2 sequences" in name else 1, 64))
         kwargs = dict(max_new_tokens=32, min_new_tokens=32, do_sample=False, pad_token_id=0)
         if name.endswith("one after the other"):
             batched = model.generate(prompt, **kwargs)
@@ -90,6 +93,7 @@ def main():
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--generation", action="store_true")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--generation-only", action="store_true", help="only the generation table")
     args = parser.parse_args()
     common = ["--batch", str(args.batch), "--seq", str(args.seq)]
     if args.worker:
@@ -101,7 +105,13 @@ def main():
         extra = ["--generation"] if generation else ["--steps", str(steps)]
         return run_worker(__file__, ["--worker", name, *common, *extra], memory=not generation)
 
-    print(f"## Training step, Llama 30 x 576 (SmolLM2-135M shape), batch {args.batch} x {args.seq}\n")
+    if not args.generation_only:
+        training_table(run, args.batch, args.seq)
+    generation_table(run)
+
+
+def training_table(run, batch: int, seq: int):
+    print(f"## Training step, Llama 30 x 576 (SmolLM2-135M shape), batch {batch} x {seq}\n")
     # the stock model runs first and last; the faster of the two is the reference (a disturbed machine only slows)
     first = run("stock")
     rows = [(n, run(n)) for n in TRAINING if n != "stock"]
@@ -115,6 +125,9 @@ def main():
             f"| {name} | {r['step_s']:.2f} | {r['step_s'] / stock['step_s']:.2f}x | {r['peak_rss_mb']:.0f} | "
             f"{r['peak_rss_mb'] / max(stock['peak_rss_mb'], 1):.2f}x |"
         )
+
+
+def generation_table(run):
     print("\n## Greedy generation with the KV cache (prompt 64, 32 new tokens, batch 1)\n")
     print("| model | tokens/s | ratio to stock |")
     print("| --- | ---: | ---: |")

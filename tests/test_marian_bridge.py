@@ -192,3 +192,17 @@ def test_slot_statistics_and_attention_image(stock, tmp_path):
     torch.testing.assert_close(shown, attention[1, :, :9])
     with pytest.raises(ValueError, match="index of a fixed-length bridge layer.*\\[1\\].*got 0"):
         model.bridge_attention(batch["input_ids"], batch["attention_mask"], layer=0)
+
+
+def test_convert_infers_the_translation_task_and_reports_new_tensors(stock):
+    from interlayer.zoo import convert
+
+    model, report = convert(
+        stock[0], "attention-bridge", bridge_layers=["simple"], decoder_languages=["de", "fr"], **TINY_BRIDGE
+    )
+    assert report.entry.task == "translation" and isinstance(model, MarianBridgeForConditionalGeneration)
+    assert report.new_mechanism_keys and not report.unexpected_keys
+    assert all("encoder.bridge." in k or "language_decoders.fr." in k for k in report.new_mechanism_keys)
+    torch.testing.assert_close(
+        model.model.language_decoders["fr"].layers[1].fc1.weight, stock[1].model.decoder.layers[1].fc1.weight
+    )
