@@ -19,10 +19,9 @@ records them.
 
 import argparse
 import importlib.util
-import time
 
 import torch
-from harness import SMOLLM2_SHAPE, emit, measure_steps, run_worker
+from harness import SMOLLM2_SHAPE, against_stock, emit, generation_speed, measure_steps, run_worker
 from torch import nn
 
 OURS = {
@@ -101,16 +100,7 @@ def worker(name: str, streams: int, layers: int, batch: int, seq: int, steps: in
     torch.set_num_threads(2)
     model = build(name, streams, layers)
     if generation:
-        model.eval()
-        prompt = torch.randint(100, 40000, (1, 64))
-        kwargs = dict(max_new_tokens=32, min_new_tokens=32, do_sample=False, pad_token_id=0)
-        times = []
-        with torch.no_grad():
-            for _ in range(3):
-                start = time.perf_counter()
-                model.generate(prompt, **kwargs)
-                times.append(time.perf_counter() - start)
-        return {"tokens_per_s": 32 / min(times)}
+        return {"tokens_per_s": generation_speed(model.eval(), torch.randint(100, 40000, (1, 64)))}
     ids = torch.randint(100, 40000, (batch, seq))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
     model.train()
@@ -155,11 +145,9 @@ def main():
         return run_worker(__file__, ["--worker", name, "--streams", str(k), *common, *extra], memory=not generation)
 
     print(f"## Training step, Llama {args.layers} layers x 576 (SmolLM2-135M shape), batch {args.batch} x {args.seq}\n")
-    # the stock model runs first and last; the faster of the two is the reference (a disturbed machine only slows)
-    first = run("stock", 1)
-    rows = [(n, k, run(n, k)) for k in args.streams for n in names]
-    last = run("stock", 1)
-    stock = min(first, last, key=lambda r: r["step_s"])
+    stock, first, last, rows = against_stock(
+        lambda: run("stock", 1), lambda: [(n, k, run(n, k)) for k in args.streams for n in names]
+    )
     print(f"stock step time, first and last run: {first['step_s']:.2f} s, {last['step_s']:.2f} s\n")
     print("| model | K | step (s) | step ratio | peak RSS (MB) | RSS ratio |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")

@@ -18,10 +18,9 @@ tables; docs/latent.md records them.
 """
 
 import argparse
-import time
 
 import torch
-from harness import SMOLLM2_SHAPE, emit, measure_steps, run_worker
+from harness import SMOLLM2_SHAPE, against_stock, emit, generation_speed, measure_training, print_step_table, run_worker
 
 TRAINING = {
     "stock": None,
@@ -61,28 +60,15 @@ def worker(name: str, batch: int, seq: int, steps: int, generation: bool) -> dic
     if generation:
         model = build(GENERATION[name]).eval()
         prompt = torch.randint(100, 40000, (2 if "2 sequences" in name else 1, 64))
-        kwargs = dict(max_new_tokens=32, min_new_tokens=32, do_sample=False, pad_token_id=0)
         if name.endswith("one after the other"):
+            kwargs = dict(max_new_tokens=32, do_sample=False, pad_token_id=0)
             batched = model.generate(prompt, **kwargs)
             sequential_passes()
             assert torch.equal(model.generate(prompt, **kwargs), batched)
-        times = []
-        with torch.no_grad():
-            for _ in range(3):
-                start = time.perf_counter()
-                model.generate(prompt, **kwargs)
-                times.append(time.perf_counter() - start)
-        return {"tokens_per_s": 32 / min(times)}
-    model = build(TRAINING[name]).train()
+        return {"tokens_per_s": generation_speed(model, prompt)}
+    model = build(TRAINING[name])
     ids = torch.randint(100, 40000, (batch, seq))
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
-
-    def step():
-        optimizer.zero_grad(set_to_none=True)
-        model(input_ids=ids, labels=ids).loss.backward()
-        optimizer.step()
-
-    return measure_steps(step, steps)
+    return measure_training(model, steps, input_ids=ids, labels=ids)
 
 
 def main():
@@ -112,29 +98,23 @@ def main():
 
 def training_table(run, batch: int, seq: int):
     print(f"## Training step, Llama 30 x 576 (SmolLM2-135M shape), batch {batch} x {seq}\n")
-    # the stock model runs first and last; the faster of the two is the reference (a disturbed machine only slows)
-    first = run("stock")
-    rows = [(n, run(n)) for n in TRAINING if n != "stock"]
-    last = run("stock")
-    stock = min(first, last, key=lambda r: r["step_s"])
+    stock, first, last, rows = against_stock(
+        lambda: run("stock"), lambda: [(n, run(n)) for n in TRAINING if n != "stock"]
+    )
     print(f"stock step time, first and last run: {first['step_s']:.2f} s, {last['step_s']:.2f} s\n")
-    print("| model | step (s) | step ratio | peak RSS (MB) | RSS ratio |")
-    print("| --- | ---: | ---: | ---: | ---: |")
-    for name, r in [("stock (all parameters)", stock), *rows]:
-        print(
-            f"| {name} | {r['step_s']:.2f} | {r['step_s'] / stock['step_s']:.2f}x | {r['peak_rss_mb']:.0f} | "
-            f"{r['peak_rss_mb'] / max(stock['peak_rss_mb'], 1):.2f}x |"
-        )
+    print_step_table(stock, rows, name="stock (all parameters)")
 
 
 def generation_table(run):
     print("\n## Greedy generation with the KV cache (prompt 64, 32 new tokens, batch 1)\n")
     print("| model | tokens/s | ratio to stock |")
     print("| --- | ---: | ---: |")
-    first = run("stock", generation=True)
-    rows = [(n, run(n, generation=True)) for n in GENERATION if n != "stock"]
-    last = run("stock", generation=True)
-    base = max(first, last, key=lambda r: r["tokens_per_s"])
+    base, _, _, rows = against_stock(
+        lambda: run("stock", generation=True),
+        lambda: [(n, run(n, generation=True)) for n in GENERATION if n != "stock"],
+        key="tokens_per_s",
+        lower=False,
+    )
     for name, r in [("stock", base), *rows]:
         print(f"| {name} | {r['tokens_per_s']:.1f} | {r['tokens_per_s'] / base['tokens_per_s']:.2f}x |")
 

@@ -18,7 +18,7 @@ import argparse
 import time
 
 import torch
-from harness import emit, measure_steps, run_worker
+from harness import against_stock, emit, measure_training, print_step_table, run_worker
 
 SHAPE = dict(
     vocab_size=8000,
@@ -67,17 +67,8 @@ def worker(name: str, steps: int, decoding: bool, source: int) -> dict:
             short = min(generate(1) for _ in range(3))
             long = min(generate(33) for _ in range(3))
         return {"ms_per_step": 1000 * (long - short) / 32}
-    ids = torch.randint(10, 7000, (8, 64))
-    labels = torch.randint(10, 7000, (8, 64))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
-    model.train()
-
-    def step():
-        optimizer.zero_grad(set_to_none=True)
-        model(input_ids=ids, labels=labels).loss.backward()
-        optimizer.step()
-
-    return measure_steps(step, steps)
+    ids, labels = torch.randint(10, 7000, (8, 64)), torch.randint(10, 7000, (8, 64))
+    return measure_training(model, steps, input_ids=ids, labels=labels)
 
 
 def main():
@@ -98,19 +89,9 @@ def main():
         return run_worker(__file__, ["--worker", name, *extra], memory=not decoding)
 
     print("## Training step, Marian 6 + 6 x 512, batch 8 x 64 -> 64\n")
-    # the stock model runs first and last; the faster of the two is the reference (a disturbed machine only slows)
-    first = run("stock")
-    rows = [(n, run(n)) for n in LAYERS]
-    last = run("stock")
-    stock = min(first, last, key=lambda r: r["step_s"])
+    stock, first, last, rows = against_stock(lambda: run("stock"), lambda: [(n, run(n)) for n in LAYERS])
     print(f"stock step time, first and last run: {first['step_s']:.2f} s, {last['step_s']:.2f} s\n")
-    print("| bridge | step (s) | step ratio | peak RSS (MB) | RSS ratio |")
-    print("| --- | ---: | ---: | ---: | ---: |")
-    for name, r in [("stock", stock), *rows]:
-        print(
-            f"| {name} | {r['step_s']:.2f} | {r['step_s'] / stock['step_s']:.2f}x | {r['peak_rss_mb']:.0f} | "
-            f"{r['peak_rss_mb'] / max(stock['peak_rss_mb'], 1):.2f}x |"
-        )
+    print_step_table(stock, rows, label="bridge")
     print("\n## Greedy decoding step after encoding (batch 1), ms per token\n")
     print("| source tokens | stock (memory = source) | lin (memory = 50 slots) | ratio |")
     print("| ---: | ---: | ---: | ---: |")

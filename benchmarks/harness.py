@@ -101,3 +101,53 @@ def run_worker(script: str, args: list[str], threads: int = 2, memory: bool = Tr
     if memory:
         results[0]["peak_rss_mb"] = results[1]["peak_rss_mb"]
     return results[0]
+
+
+def against_stock(run_stock: Callable[[], dict], runs: Callable[[], list], key: str = "step_s", lower: bool = True):
+    """Measure the stock model first and last around `runs()` (the configurations) and take the better of the two as
+    the reference (a disturbed machine only slows). Returns `(reference, first, last, rows)`."""
+    first = run_stock()
+    rows = runs()
+    last = run_stock()
+    pick = min if lower else max
+    return pick(first, last, key=lambda r: r[key]), first, last, rows
+
+
+def print_step_table(reference: dict, rows: list[tuple[str, dict]], label: str = "model", name: str = "stock") -> None:
+    """The markdown table of step time and peak memory, each with its ratio to `reference`."""
+    print(f"| {label} | step (s) | step ratio | peak RSS (MB) | RSS ratio |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for row_name, r in [(name, reference), *rows]:
+        print(
+            f"| {row_name} | {r['step_s']:.2f} | {r['step_s'] / reference['step_s']:.2f}x | {r['peak_rss_mb']:.0f} | "
+            f"{r['peak_rss_mb'] / max(reference['peak_rss_mb'], 1):.2f}x |"
+        )
+
+
+def generation_speed(model, prompt, new_tokens: int = 32, repeats: int = 3) -> float:
+    """Greedy tokens/s of `model.generate` with the KV cache (exactly `new_tokens` new tokens), best of `repeats`."""
+    import torch
+
+    kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
+    times = []
+    with torch.no_grad():
+        for _ in range(repeats):
+            start = time.perf_counter()
+            model.generate(prompt, **kwargs)
+            times.append(time.perf_counter() - start)
+    return new_tokens / min(times)
+
+
+def measure_training(model, steps: int, **inputs) -> dict:
+    """`measure_steps` of forward (`model(**inputs).loss`) + backward + AdamW on the parameters that train."""
+    import torch
+
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
+    model.train()
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        model(**inputs).loss.backward()
+        optimizer.step()
+
+    return measure_steps(step, steps)

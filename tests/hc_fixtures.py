@@ -1,4 +1,5 @@
-"""Tiny stock Qwen3 and Llama checkpoints for the hyper-connection tests (batches come from `gpt2_fixtures`)."""
+"""Tiny stock Qwen3 and Llama checkpoints for the decoder mechanisms' tests (hyper-connections, latent
+back-projection; batches come from `gpt2_fixtures`), and their conformance cases."""
 
 import json
 
@@ -55,3 +56,22 @@ def write_qa_pairs(path, n: int) -> str:
         )
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     return "\n".join(r["question"] + " " + r["answer"] for r in rows)
+
+
+def decoder_case(model_class, build_stock, active_options, config_errors):
+    """The conformance case of a zoo causal LM converted from a tiny stock decoder (`config_errors`: options added to
+    `TINY_DECODER` and the error each must raise)."""
+    from gpt2_fixtures import build_bert, lm_batch, lm_labels
+
+    from interlayer.testing import ConformanceCase
+
+    return ConformanceCase(
+        build_stock=build_stock,
+        model_class=model_class,
+        auto_class_name="AutoModelForCausalLM",
+        active_options=active_options,
+        make_batch=lm_batch,
+        labels=lm_labels,
+        wrong_architecture=build_bert,
+        config_errors=[({**TINY_DECODER, **o}, p) for o, p in config_errors],
+    )

@@ -1,10 +1,9 @@
 """The zoo's conformance suite on hyper-connections: mHC on Qwen3, static and dynamic HC on Llama."""
 
-from gpt2_fixtures import build_bert, lm_batch, lm_labels
-from hc_fixtures import TINY_DECODER, build_stock_llama, build_stock_qwen3
+from hc_fixtures import build_stock_llama, build_stock_qwen3, decoder_case
 
 from interlayer import LlamaMHCForCausalLM, Qwen3MHCForCausalLM
-from interlayer.testing import ConformanceCase, ConformanceSuite
+from interlayer.testing import ConformanceSuite
 
 HC_CONFIG_ERRORS = [
     (dict(hc_streams=0), r"hc_streams.*>= 1.*got 0"),
@@ -19,16 +18,7 @@ HC_CONFIG_ERRORS = [
 
 
 def hc_case(model_class, build_stock, active_options):
-    return ConformanceCase(
-        build_stock=build_stock,
-        model_class=model_class,
-        auto_class_name="AutoModelForCausalLM",
-        active_options=active_options,
-        make_batch=lm_batch,
-        labels=lm_labels,
-        wrong_architecture=build_bert,
-        config_errors=[({**TINY_DECODER, **o}, p) for o, p in HC_CONFIG_ERRORS],
-    )
+    return decoder_case(model_class, build_stock, active_options, HC_CONFIG_ERRORS)
 
 
 class TestQwen3MHCConformance(ConformanceSuite):

@@ -1,10 +1,9 @@
 """The zoo's conformance suite on latent back-projection: each `latent_source` on Qwen3 or Llama."""
 
-from gpt2_fixtures import build_bert, lm_batch, lm_labels
-from hc_fixtures import TINY_DECODER, build_stock_llama, build_stock_qwen3
+from hc_fixtures import build_stock_llama, build_stock_qwen3, decoder_case
 
 from interlayer import LlamaLatentForCausalLM, Qwen3LatentForCausalLM
-from interlayer.testing import ConformanceCase, ConformanceSuite
+from interlayer.testing import ConformanceSuite
 
 LATENT_CONFIG_ERRORS = [
     (dict(latent_dim=0), r"latent_dim.*>= 1.*got 0"),
@@ -20,16 +19,7 @@ LATENT_CONFIG_ERRORS = [
 
 
 def latent_case(model_class, build_stock, active_options):
-    return ConformanceCase(
-        build_stock=build_stock,
-        model_class=model_class,
-        auto_class_name="AutoModelForCausalLM",
-        active_options=active_options,
-        make_batch=lm_batch,
-        labels=lm_labels,
-        wrong_architecture=build_bert,
-        config_errors=[({**TINY_DECODER, **o}, p) for o, p in LATENT_CONFIG_ERRORS],
-    )
+    return decoder_case(model_class, build_stock, active_options, LATENT_CONFIG_ERRORS)
 
 
 class TestQwen3PreviousPositionConformance(ConformanceSuite):
