@@ -6,11 +6,17 @@ Importing the package registers every config and model with the Auto classes, so
 
 from transformers import AutoConfig
 
+from .models.configuration_attention_bridge import BartBridgeConfig, MarianBridgeConfig
 from .models.configuration_bridge import BRIDGE_PRESETS, BertBridgeConfig, RobertaBridgeConfig, bridge_preset
 from .models.configuration_gated_gpt2 import GatedGPT2Config
 from .models.configuration_hyper_connections import LlamaMHCConfig, Qwen3MHCConfig
 from .models.configuration_latent import LlamaLatentConfig, Qwen3LatentConfig
-from .models.configuration_marian_bridge import MarianBridgeConfig
+from .models.modeling_attention_bridge import (
+    BartBridgeForConditionalGeneration,
+    BartBridgeModel,
+    MarianBridgeForConditionalGeneration,
+    MarianBridgeModel,
+)
 from .models.modeling_bridge import (
     BertBridgeForSequenceClassification,
     BertBridgeModel,
@@ -20,7 +26,6 @@ from .models.modeling_bridge import (
 from .models.modeling_gated_gpt2 import GatedGPT2LMHeadModel, GatedGPT2Model
 from .models.modeling_hyper_connections import LlamaMHCForCausalLM, LlamaMHCModel, Qwen3MHCForCausalLM, Qwen3MHCModel
 from .models.modeling_latent import LlamaLatentForCausalLM, LlamaLatentModel, Qwen3LatentForCausalLM, Qwen3LatentModel
-from .models.modeling_marian_bridge import MarianBridgeForConditionalGeneration, MarianBridgeModel
 from .zoo import ZOO, convert
 
 __version__ = "0.1.0"
@@ -31,6 +36,9 @@ for _entry in ZOO:
 
 __all__ = [
     "BRIDGE_PRESETS",
+    "BartBridgeConfig",
+    "BartBridgeForConditionalGeneration",
+    "BartBridgeModel",
     "BertBridgeConfig",
     "BertBridgeForSequenceClassification",
     "BertBridgeModel",

@@ -15,11 +15,17 @@ from transformers import (
     PretrainedConfig,
 )
 
+from .models.configuration_attention_bridge import BartBridgeConfig, MarianBridgeConfig
 from .models.configuration_bridge import BertBridgeConfig, RobertaBridgeConfig
 from .models.configuration_gated_gpt2 import GatedGPT2Config
 from .models.configuration_hyper_connections import LlamaMHCConfig, Qwen3MHCConfig
 from .models.configuration_latent import LlamaLatentConfig, Qwen3LatentConfig
-from .models.configuration_marian_bridge import MarianBridgeConfig
+from .models.modeling_attention_bridge import (
+    BartBridgeForConditionalGeneration,
+    BartBridgeModel,
+    MarianBridgeForConditionalGeneration,
+    MarianBridgeModel,
+)
 from .models.modeling_bridge import (
     BertBridgeForSequenceClassification,
     BertBridgeModel,
@@ -29,7 +35,6 @@ from .models.modeling_bridge import (
 from .models.modeling_gated_gpt2 import GatedGPT2LMHeadModel, GatedGPT2Model
 from .models.modeling_hyper_connections import LlamaMHCForCausalLM, LlamaMHCModel, Qwen3MHCForCausalLM, Qwen3MHCModel
 from .models.modeling_latent import LlamaLatentForCausalLM, LlamaLatentModel, Qwen3LatentForCausalLM, Qwen3LatentModel
-from .models.modeling_marian_bridge import MarianBridgeForConditionalGeneration, MarianBridgeModel
 from .models.zoo_common import check_choice
 
 
@@ -79,6 +84,15 @@ ZOO: tuple[ZooEntry, ...] = (
         "translation",
         MarianBridgeConfig,
         MarianBridgeForConditionalGeneration,
+        AutoModelForSeq2SeqLM,
+    ),
+    ZooEntry("attention-bridge", "bart", "base", BartBridgeConfig, BartBridgeModel, AutoModel),
+    ZooEntry(
+        "attention-bridge",
+        "bart",
+        "translation",
+        BartBridgeConfig,
+        BartBridgeForConditionalGeneration,
         AutoModelForSeq2SeqLM,
     ),
 )

@@ -1,4 +1,4 @@
-"""A tiny stock Marian checkpoint and seq2seq batches for the attention-bridge tests."""
+"""Tiny stock Marian and BART checkpoints and seq2seq batches for the attention-bridge tests."""
 
 import torch
 from transformers import MarianConfig, MarianMTModel
@@ -46,3 +46,13 @@ def source_batch(lengths=(12, 9, 5), target_length=7, seed=0):
 
 def target_labels(batch):
     return torch.roll(batch["decoder_input_ids"], -1, dims=1)
+
+
+def build_stock_bart(folder):
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    torch.manual_seed(0)
+    config = {k: v for k, v in TINY_MARIAN.items() if k != "decoder_vocab_size"}
+    model = BartForConditionalGeneration(BartConfig(**config, bos_token_id=0))
+    model.save_pretrained(folder)
+    return model

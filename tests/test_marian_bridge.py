@@ -9,7 +9,7 @@ from marian_fixtures import PAD, TINY_BRIDGE, build_stock_marian, source_batch
 from torch.nn import functional as F
 
 from interlayer import MarianBridgeForConditionalGeneration
-from interlayer.models.configuration_marian_bridge import BRIDGE_LAYER_TYPES
+from interlayer.models.configuration_attention_bridge import BRIDGE_LAYER_TYPES
 
 
 @pytest.fixture(scope="module")
@@ -25,13 +25,13 @@ def bridged(folder, **options):
 
 def encoder_output(model, batch):
     """The stock encoder's output (the bridge's input), computed by the stock layers of the bridged model."""
-    encoder = model.model.encoder
+    from transformers.models.marian.modeling_marian import MarianEncoder
+
     with torch.no_grad():
-        return (
-            super(type(encoder), encoder)
-            .forward(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], return_dict=True)
-            .last_hidden_state
+        out = MarianEncoder.forward(
+            model.model.encoder, input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], return_dict=True
         )
+    return out.last_hidden_state
 
 
 def test_lin_and_simple_layers_follow_their_equations(stock):
@@ -206,3 +206,24 @@ def test_convert_infers_the_translation_task_and_reports_new_tensors(stock):
     torch.testing.assert_close(
         model.model.language_decoders["fr"].layers[1].fc1.weight, stock[1].model.decoder.layers[1].fc1.weight
     )
+
+
+def test_bart_language_decoders_generate_with_the_cached_bridge(tmp_path):
+    from marian_fixtures import build_stock_bart
+
+    from interlayer import BartBridgeForConditionalGeneration
+
+    stock = build_stock_bart(str(tmp_path / "bart")).eval()
+    model = BartBridgeForConditionalGeneration.from_pretrained(
+        tmp_path / "bart", bridge_layers=["perceiver"], decoder_languages=["de", "fr"], **TINY_BRIDGE
+    ).eval()
+    decoders = model.model.language_decoders
+    for name, tensor in stock.model.decoder.state_dict().items():
+        torch.testing.assert_close(decoders["fr"].state_dict()[name], tensor, rtol=0, atol=0)
+    assert decoders["fr"].embed_tokens.weight.data_ptr() == model.model.shared.weight.data_ptr()
+    with torch.no_grad():
+        decoders["fr"].layers[0].fc1.weight.mul_(4.0)
+    batch = source_batch()
+    inputs = {k: batch[k] for k in ("input_ids", "attention_mask")}
+    kwargs = dict(max_new_tokens=8, do_sample=False, tgt_lang="fr", num_beams=2)
+    assert torch.equal(model.generate(**inputs, **kwargs), model.generate(**inputs, **kwargs, use_cache=False))

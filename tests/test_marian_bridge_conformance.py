@@ -1,10 +1,11 @@
 """The zoo's conformance suite on attention bridges: fixed-length (lin; perceiver over a transformer layer with
-RMSNorm) and variable-length (transformer and feed-forward) bridges on Marian."""
+RMSNorm) and variable-length (transformer and feed-forward) bridges on Marian, and a simple bridge with two language
+decoders on BART."""
 
 from gpt2_fixtures import build_bert
-from marian_fixtures import TINY_BRIDGE, TINY_MARIAN, build_stock_marian, source_batch, target_labels
+from marian_fixtures import TINY_BRIDGE, TINY_MARIAN, build_stock_bart, build_stock_marian, source_batch, target_labels
 
-from interlayer import MarianBridgeForConditionalGeneration
+from interlayer import BartBridgeForConditionalGeneration, MarianBridgeForConditionalGeneration
 from interlayer.testing import ConformanceCase, ConformanceSuite
 
 BRIDGE_CONFIG_ERRORS = [
@@ -20,10 +21,10 @@ BRIDGE_CONFIG_ERRORS = [
 ]
 
 
-def bridge_case(active_options):
+def bridge_case(active_options, model_class=MarianBridgeForConditionalGeneration, build_stock=build_stock_marian):
     return ConformanceCase(
-        build_stock=build_stock_marian,
-        model_class=MarianBridgeForConditionalGeneration,
+        build_stock=build_stock,
+        model_class=model_class,
         auto_class_name="AutoModelForSeq2SeqLM",
         active_options={**TINY_BRIDGE, **active_options},
         identity_options={**TINY_BRIDGE, "bridge_layers": ["transformer", "transformer"]},
@@ -47,3 +48,9 @@ class TestPerceiverBridgeConformance(ConformanceSuite):
 class TestVariableLengthBridgeConformance(ConformanceSuite):
     def make_case(self):
         return bridge_case(dict(bridge_layers=["transformer", "feedforward"], decoder_languages=["de"]))
+
+
+class TestBartSimpleBridgeConformance(ConformanceSuite):
+    def make_case(self):
+        options = dict(bridge_layers=["simple"], decoder_languages=["de"])
+        return bridge_case(options, BartBridgeForConditionalGeneration, build_stock_bart)

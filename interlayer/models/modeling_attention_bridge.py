@@ -1,4 +1,4 @@
-"""Attention bridges between a Marian encoder and language-specific decoders (seed 004).
+"""Attention bridges between an encoder and language-specific decoders (seed 004), on Marian and BART.
 
 The encoder output `H` (`[batch, source, d_model]`, with the source padding mask) goes through a stack of bridge
 layers before the decoders' cross-attention:
@@ -28,15 +28,10 @@ from torch.nn import functional as F
 from transformers import initialization as init
 from transformers.generation import GenerationMixin
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqModelOutput
-from transformers.modeling_utils import PreTrainedModel
-from transformers.models.marian.modeling_marian import (
-    MarianDecoder,
-    MarianEncoder,
-    MarianModel,
-    MarianMTModel,
-)
+from transformers.models.bart.modeling_bart import BartEncoder, BartForConditionalGeneration, BartModel
+from transformers.models.marian.modeling_marian import MarianEncoder, MarianModel, MarianMTModel
 
-from .configuration_marian_bridge import FIXED_LENGTH_TYPES, MarianBridgeConfig
+from .configuration_attention_bridge import FIXED_LENGTH_TYPES, BartBridgeConfig, MarianBridgeConfig
 from .zoo_common import StatsAccumulator, ZooModelMixin
 
 
@@ -272,8 +267,9 @@ class BridgeInitMixin:
             init.ones_(module.weight)
 
 
-class MarianBridgeEncoder(BridgeInitMixin, MarianEncoder):
-    """The stock Marian encoder followed by the attention bridge; its `last_hidden_state` is the decoders' memory."""
+class BridgeEncoderMixin(BridgeInitMixin):
+    """The stock encoder followed by the attention bridge; its `last_hidden_state` is the decoders' memory (put
+    before the stock encoder class)."""
 
     def __init__(self, config):
         super().__init__(config)
@@ -288,8 +284,8 @@ class MarianBridgeEncoder(BridgeInitMixin, MarianEncoder):
         return BaseModelOutput(last_hidden_state=memory, hidden_states=out.hidden_states, attentions=out.attentions)
 
 
-class MarianBridgePreTrainedMixin(BridgeInitMixin, ZooModelMixin):
-    """Init, language decoders, statistics and card text shared by the bridged Marian models."""
+class BridgePreTrainedMixin(BridgeInitMixin, ZooModelMixin):
+    """Init, language decoders, statistics and card text shared by the bridged seq2seq models."""
 
     mechanism_name = "Attention bridge"
     mechanism_param_markers = ("encoder.bridge.", "language_decoders.")
@@ -372,20 +368,18 @@ def write_png(path, values: torch.Tensor, scale: int = 8) -> None:
         f.write(png)
 
 
-class MarianBridgeModel(MarianBridgePreTrainedMixin, MarianModel):
-    """Marian with an attention bridge in the encoder and, with `decoder_languages`, one decoder per language."""
+class BridgeModelMixin(BridgePreTrainedMixin):
+    """A stock seq2seq model whose encoder ends in an attention bridge and, with `decoder_languages`, one decoder per
+    language (put before the stock model class)."""
 
-    config_class = MarianBridgeConfig
+    encoder_class: type
 
     def __init__(self, config):
-        PreTrainedModel.__init__(self, config)
-        if config.share_encoder_decoder_embeddings:
-            self.shared = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
-        self.encoder = MarianBridgeEncoder(config)
-        self.decoder = MarianDecoder(config)
+        super().__init__(config)  # the stock model: shared embeddings, encoder, decoder
+        self.encoder = self.encoder_class(config)
         languages = list(config.decoder_languages or [])
-        self.language_decoders = nn.ModuleDict({lang: MarianDecoder(config) for lang in languages[1:]})
-        self._tied_weights_keys = tied_embeddings(config, prefix="")
+        self.language_decoders = nn.ModuleDict({lang: type(self.decoder)(config) for lang in languages[1:]})
+        self._tied_weights_keys = {**(self._tied_weights_keys or {}), **language_ties(config, self, prefix="")}
         self.post_init()
 
     def decoder_for(self, tgt_lang) -> nn.Module:
@@ -454,38 +448,29 @@ class MarianBridgeModel(MarianBridgePreTrainedMixin, MarianModel):
         )
 
 
-def tied_embeddings(config, prefix: str) -> dict[str, str] | None:
-    """Tied embeddings of a bridged Marian (`prefix` "model." from the LM): the stock ties, plus every language
-    decoder's input embedding tied to the first decoder's (the vocabulary is shared)."""
+def language_ties(config, base_model, prefix: str) -> dict[str, str]:
+    """Every language decoder's input embedding tied to the shared embedding, or to the first decoder's where the
+    model has no shared one (one target vocabulary)."""
     languages = list(config.decoder_languages or [])[1:]
-    source = (
-        f"{prefix}shared.weight" if config.share_encoder_decoder_embeddings else f"{prefix}decoder.embed_tokens.weight"
-    )
-    tied = {f"{prefix}language_decoders.{lang}.embed_tokens.weight": source for lang in languages}
-    if config.share_encoder_decoder_embeddings:
-        tied[f"{prefix}decoder.embed_tokens.weight"] = source
-        tied[f"{prefix}encoder.embed_tokens.weight"] = source
-    return tied or None
+    shared = getattr(base_model, "shared", None) is not None
+    source = f"{prefix}shared.weight" if shared else f"{prefix}decoder.embed_tokens.weight"
+    return {f"{prefix}language_decoders.{lang}.embed_tokens.weight": source for lang in languages}
 
 
-class MarianBridgeForConditionalGeneration(MarianBridgePreTrainedMixin, MarianMTModel, GenerationMixin):
-    """Marian translation model with an attention bridge; `generate(..., tgt_lang=...)` picks the decoder."""
+class BridgeLMMixin(BridgePreTrainedMixin):
+    """The stock seq2seq LM on a bridged model (`base_class`); `tgt_lang` chooses the decoder (put before the stock
+    class)."""
 
-    config_class = MarianBridgeConfig
+    base_class: type
     pipeline_tag = "translation"
 
     def __init__(self, config):
-        PreTrainedModel.__init__(self, config)
-        self.model = MarianBridgeModel(config)
-        tied = tied_embeddings(config, prefix="model.") or {}
-        if config.share_encoder_decoder_embeddings:
-            tied["lm_head.weight"] = "model.shared.weight"
-        else:
-            tied["lm_head.weight"] = "model.decoder.embed_tokens.weight"
-        self._tied_weights_keys = tied
-        vocab = config.vocab_size if config.share_encoder_decoder_embeddings else config.decoder_vocab_size
-        self.final_logits_bias = nn.Buffer(torch.zeros((1, vocab)))
-        self.lm_head = nn.Linear(config.d_model, vocab, bias=False)
+        super().__init__(config)  # the stock LM: a stock model, final_logits_bias, lm_head
+        self.model = self.base_class(config)
+        self._tied_weights_keys = {
+            **(self._tied_weights_keys or {}),
+            **language_ties(config, self.model, prefix="model."),
+        }
         self.post_init()
 
     def forward(
@@ -521,8 +506,50 @@ class MarianBridgeForConditionalGeneration(MarianBridgePreTrainedMixin, MarianMT
         )
 
 
-MarianBridgeConfig.register_for_auto_class()
-MarianBridgeModel.register_for_auto_class("AutoModel")
-MarianBridgeForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
+class MarianBridgeEncoder(BridgeEncoderMixin, MarianEncoder):
+    pass
 
-__all__ = ["AttentionBridge", "MarianBridgeForConditionalGeneration", "MarianBridgeModel"]
+
+class MarianBridgeModel(BridgeModelMixin, MarianModel):
+    config_class = MarianBridgeConfig
+    encoder_class = MarianBridgeEncoder
+
+
+class MarianBridgeForConditionalGeneration(BridgeLMMixin, MarianMTModel, GenerationMixin):
+    """Marian translation model with an attention bridge; `generate(..., tgt_lang=...)` picks the decoder."""
+
+    config_class = MarianBridgeConfig
+    base_class = MarianBridgeModel
+
+
+class BartBridgeEncoder(BridgeEncoderMixin, BartEncoder):
+    pass
+
+
+class BartBridgeModel(BridgeModelMixin, BartModel):
+    config_class = BartBridgeConfig
+    encoder_class = BartBridgeEncoder
+
+
+class BartBridgeForConditionalGeneration(BridgeLMMixin, BartForConditionalGeneration, GenerationMixin):
+    """BART with an attention bridge; `generate(..., tgt_lang=...)` picks the decoder."""
+
+    config_class = BartBridgeConfig
+    base_class = BartBridgeModel
+
+
+for _config, _base, _lm in (
+    (MarianBridgeConfig, MarianBridgeModel, MarianBridgeForConditionalGeneration),
+    (BartBridgeConfig, BartBridgeModel, BartBridgeForConditionalGeneration),
+):
+    _config.register_for_auto_class()
+    _base.register_for_auto_class("AutoModel")
+    _lm.register_for_auto_class("AutoModelForSeq2SeqLM")
+
+__all__ = [
+    "AttentionBridge",
+    "BartBridgeForConditionalGeneration",
+    "BartBridgeModel",
+    "MarianBridgeForConditionalGeneration",
+    "MarianBridgeModel",
+]

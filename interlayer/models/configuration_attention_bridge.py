@@ -1,10 +1,11 @@
-"""Configuration of attention bridges between an encoder and language-specific decoders (seed 004) on Marian."""
+"""Configuration of attention bridges between an encoder and language-specific decoders (seed 004) on Marian and
+BART."""
 
 import dataclasses
 from typing import Literal
 
 from huggingface_hub.dataclasses import strict
-from transformers import MarianConfig
+from transformers import BartConfig, MarianConfig
 
 from .zoo_common import ZooConfigFields, ZooConfigMixin, check_choice, check_range
 
@@ -98,4 +99,13 @@ class MarianBridgeConfig(ZooConfigMixin, MarianConfig, AttentionBridgeFields):
     stock_model_types = ("marian",)
 
 
-__all__ = ["BRIDGE_LAYER_TYPES", "AttentionBridgeFields", "MarianBridgeConfig"]
+@strict
+class BartBridgeConfig(ZooConfigMixin, BartConfig, AttentionBridgeFields):
+    r"""Configuration of [`BartBridgeForConditionalGeneration`]: every [`BartConfig`] field plus the options of
+    [`AttentionBridgeFields`]. Converts checkpoints of model_type `bart`."""
+
+    model_type = "bart_bridge"
+    stock_model_types = ("bart",)
+
+
+__all__ = ["BRIDGE_LAYER_TYPES", "AttentionBridgeFields", "BartBridgeConfig", "MarianBridgeConfig"]
