@@ -11,7 +11,7 @@ length 50, hidden 2048, 8 heads, layernorm). Training step: forward + backward +
 source and target 64 tokens, fp32, 2 threads, median step time and peak resident memory above what the process held
 before the steps, each configuration in its own subprocess (`harness.py`). Decoding: milliseconds per greedy decoding
 step with the KV cache after the source is encoded (batch 1; the difference between generating 33 and 1 tokens,
-divided by 32), at source lengths 64 and 1,024.
+divided by 32), at source lengths 64, 1,024 and 4,096.
 """
 
 import argparse
@@ -30,7 +30,7 @@ SHAPE = dict(
     decoder_attention_heads=8,
     encoder_ffn_dim=2048,
     decoder_ffn_dim=2048,
-    max_position_embeddings=1100,
+    max_position_embeddings=4200,
     pad_token_id=7999,
     decoder_start_token_id=7999,
     eos_token_id=0,
@@ -95,7 +95,7 @@ def main():
     print("\n## Greedy decoding step after encoding (batch 1), ms per token\n")
     print("| source tokens | stock (memory = source) | lin (memory = 50 slots) | ratio |")
     print("| ---: | ---: | ---: | ---: |")
-    for source in (64, 1024):
+    for source in (64, 1024, 4096):
         base, lin = run("stock", True, source), run("lin", True, source)
         print(
             f"| {source} | {base['ms_per_step']:.1f} | {lin['ms_per_step']:.1f} | "
