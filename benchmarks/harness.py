@@ -151,3 +151,20 @@ def measure_training(model, steps: int, **inputs) -> dict:
         optimizer.step()
 
     return measure_steps(step, steps)
+
+
+def run_once(cmd: list[str], out_dir, report_only: bool = False) -> dict | None:
+    """A resumable run: unless `out_dir/results.json` exists, run `cmd` (which writes it), then add the wall time in
+    minutes to it. Returns the results, or None when they are absent and `report_only` forbids the run."""
+    from pathlib import Path
+
+    summary_file = Path(out_dir) / "results.json"
+    if not summary_file.exists():
+        if report_only:
+            return None
+        start = time.perf_counter()
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        summary = json.loads(summary_file.read_text())
+        summary["minutes"] = (time.perf_counter() - start) / 60
+        summary_file.write_text(json.dumps(summary, indent=2))
+    return json.loads(summary_file.read_text())

@@ -23,12 +23,11 @@ docs/latent.md.
 """
 
 import argparse
-import json
 import math
-import subprocess
 import sys
-import time
 from pathlib import Path
+
+from harness import run_once
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = {
@@ -57,55 +56,48 @@ def main():
     results = {}
     for name in args.runs:
         out = Path(args.out) / name
-        summary_file = out / "results.json"
-        if not summary_file.exists() and not args.report_only:
-            start = time.perf_counter()
-            cmd = [
-                sys.executable,
-                str(ROOT / "examples" / "run_clm.py"),
-                "--model_name_or_path",
-                base,
-                *RUNS[name],
-                "--train_file",
-                args.train_file,
-                "--validation_split_percentage",
-                "10",
-                "--max_eval_samples",
-                str(args.eval_examples),
-                "--prompt_column",
-                "question",
-                "--response_column",
-                "answer",
-                "--block_size",
-                "256",
-                "--per_device_train_batch_size",
-                "4",
-                "--per_device_eval_batch_size",
-                "4",
-                "--learning_rate",
-                "1e-4",
-                "--max_steps",
-                str(args.steps),
-                "--eval_strategy",
-                "no",
-                "--evaluate_before_training",
-                "true",
-                "--logging_steps",
-                "10",
-                "--seed",
-                str(args.seed),
-                "--output_dir",
-                str(out),
-                "--disable_tqdm",
-                "true",
-            ]
-            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            summary = json.loads(summary_file.read_text())
-            summary["minutes"] = (time.perf_counter() - start) / 60
-            summary_file.write_text(json.dumps(summary, indent=2))
-        if summary_file.exists():
-            results[name] = json.loads(summary_file.read_text())
-            r = results[name]
+        cmd = [
+            sys.executable,
+            str(ROOT / "examples" / "run_clm.py"),
+            "--model_name_or_path",
+            base,
+            *RUNS[name],
+            "--train_file",
+            args.train_file,
+            "--validation_split_percentage",
+            "10",
+            "--max_eval_samples",
+            str(args.eval_examples),
+            "--prompt_column",
+            "question",
+            "--response_column",
+            "answer",
+            "--block_size",
+            "256",
+            "--per_device_train_batch_size",
+            "4",
+            "--per_device_eval_batch_size",
+            "4",
+            "--learning_rate",
+            "1e-4",
+            "--max_steps",
+            str(args.steps),
+            "--eval_strategy",
+            "no",
+            "--evaluate_before_training",
+            "true",
+            "--logging_steps",
+            "10",
+            "--seed",
+            str(args.seed),
+            "--output_dir",
+            str(out),
+            "--disable_tqdm",
+            "true",
+        ]
+        r = run_once(cmd, out, args.report_only)
+        if r is not None:
+            results[name] = r
             print(f"{name}: held-out loss {r['eval_loss']:.4f} ({r['minutes']:.1f} min)", flush=True)
     if not results:
         return

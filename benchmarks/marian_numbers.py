@@ -9,16 +9,15 @@ never seen in training.
 
 Data (`interlayer.number_words`): the numbers 0..999 in the four languages, characters as tokens. 100 numbers drawn at
 random (seed 1234) are held out of training in every language (every word still occurs in training: holding out
-every number ending in 3 or 8 instead left the models at 4% exact match on the trained pairs). Training is English-centric: en->de, en->fr,
-en->es, de->en, fr->en, es->en; the zero-shot pairs de<->fr, de<->es, fr<->es are never trained. Each step trains one
-pair (in turn) on a batch of numbers; the target language picks the decoder (`tgt_lang`). Evaluation: greedy
-`generate()` on the held-out numbers, exact match of the whole string.
+every number ending in 3 or 8 instead left the models at 4% exact match on the trained pairs). Training is
+English-centric: en->de, en->fr, en->es, de->en, fr->en, es->en; the zero-shot pairs de<->fr, de<->es, fr<->es are
+never trained. Each step trains one pair (in turn) on a batch of numbers; the target language picks the decoder
+(`tgt_lang`). Evaluation: greedy `generate()` on the held-out numbers, exact match of the whole string.
 
 Model: a tiny Marian (d_model 128, 2 encoder and 2 decoder layers, 4 heads, FFN 512, dropout 0.1), four decoders;
 bridges `none` (`bridge_layers=[]`), `lin` and `perceiver` by default, `transformer` on request (fixed length 16,
-hidden 256). AdamW lr
-1e-3, 5% warm-up then linear decay, `--steps` steps of `--batch` examples, seed `--seed`, 2 threads. Finished models
-in `--out` are reused. Prints the markdown table recorded in docs/attention_bridges.md.
+hidden 256). AdamW lr 1e-3, 5% warm-up then linear decay, `--steps` steps of `--batch` examples, seed `--seed`,
+2 threads. Finished models in `--out` are reused. Prints the markdown table recorded in docs/attention_bridges.md.
 """
 
 import argparse

@@ -13,12 +13,11 @@ markdown table recorded in docs/benchmarks.md.
 """
 
 import argparse
-import json
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
+
+from harness import run_once
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,41 +37,36 @@ def main():
     from interlayer.training import minilm_path
 
     results = {preset: [] for preset in args.presets}
+    model = None if args.report_only else minilm_path()
     for seed in args.seeds:  # seed-major: an interrupted sweep has every model at the first seeds
         for preset in args.presets:
             out = Path(args.out) / f"{preset}-seed{seed}"
-            summary_file = out / "results.json"
-            if not summary_file.exists() and args.report_only:
+            cmd = [
+                sys.executable,
+                str(ROOT / "examples" / "run_classification.py"),
+                "--model_name_or_path",
+                model,
+                "--preset",
+                preset,
+                "--seed",
+                str(seed),
+                "--train_file",
+                args.train_file,
+                "--validation_split_percentage",
+                "10",
+                "--num_train_epochs",
+                str(args.epochs),
+                "--output_dir",
+                str(out),
+                "--disable_tqdm",
+                "true",
+                "--logging_steps",
+                "100",
+            ]
+            summary = run_once(cmd, out, args.report_only)
+            if summary is None:
                 continue
-            if not summary_file.exists():
-                start = time.perf_counter()
-                cmd = [
-                    sys.executable,
-                    str(ROOT / "examples" / "run_classification.py"),
-                    "--model_name_or_path",
-                    minilm_path(),
-                    "--preset",
-                    preset,
-                    "--seed",
-                    str(seed),
-                    "--train_file",
-                    args.train_file,
-                    "--validation_split_percentage",
-                    "10",
-                    "--num_train_epochs",
-                    str(args.epochs),
-                    "--output_dir",
-                    str(out),
-                    "--disable_tqdm",
-                    "true",
-                    "--logging_steps",
-                    "100",
-                ]
-                subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                summary = json.loads(summary_file.read_text())
-                summary["minutes"] = (time.perf_counter() - start) / 60
-                summary_file.write_text(json.dumps(summary, indent=2))
-            results[preset].append(json.loads(summary_file.read_text()))
+            results[preset].append(summary)
             r = results[preset][-1]
             print(
                 f"{preset} seed {seed}: final {r['final_eval_accuracy']:.4f} best {r['best_eval_accuracy']:.4f} "

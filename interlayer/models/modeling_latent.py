@@ -357,11 +357,12 @@ class _Run:
             **self.kwargs,
         )
 
-    def _masked(self, latents: torch.Tensor) -> torch.Tensor:
-        """Zero the latents of padding tokens ([batch, seq, pairs, latent_dim])."""
+    def _masked(self, latents: torch.Tensor, last: bool = False) -> torch.Tensor:
+        """Zero the latents of padding tokens (`[batch, seq, pairs, latent_dim]`; with `last`, of the last token)."""
         if self.token_mask is None:
             return latents
-        return torch.where(self.token_mask, latents, torch.zeros((), dtype=latents.dtype, device=latents.device))
+        keep = self.token_mask[:, -1:] if last else self.token_mask
+        return torch.where(keep, latents, torch.zeros((), dtype=latents.dtype, device=latents.device))
 
     def _record(self, x):
         if self.hidden is not None:
@@ -410,14 +411,8 @@ class _Run:
                 self.cache.current_pass = None
                 self.cache.clear_held()
         if extract_last:
-            last = torch.stack(found, dim=2)
-            return x, last if self.token_mask is None else self._masked_last(last)
+            return x, self._masked(torch.stack(found, dim=2), last=True)
         return x
-
-    def _masked_last(self, latents):
-        return torch.where(
-            self.token_mask[:, -1:], latents, torch.zeros((), dtype=latents.dtype, device=latents.device)
-        )
 
     def two_passes(self, inputs_embeds: torch.Tensor) -> torch.Tensor:
         """Training, full forwards and prompts: the stock pass, then the latent pass."""
@@ -469,8 +464,7 @@ class _Run:
             self._record(x[rows:] if stacked else x)
             if i in model.source_pair:
                 found[model.source_pair[i]] = self.layers[i].latent_down(x[:rows])
-        latents = torch.stack(found, dim=2)
-        cache.latents = latents if self.token_mask is None else self._masked_last(latents)
+        cache.latents = self._masked(torch.stack(found, dim=2), last=True)
         return x
 
 
