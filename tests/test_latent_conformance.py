@@ -14,6 +14,8 @@ LATENT_CONFIG_ERRORS = [
     (dict(latent_offset=3), r"latent_offset.*<= 2.*got 3"),
     (dict(latent_offset=2, latent_target_layers=[1]), r"latent_offset.*outside \[0, 2\]"),
     (dict(latent_up_init_gain=-1.0), r"latent_up_init_gain.*>= 0"),
+    (dict(latent_down_init_gain=-1.0), r"latent_down_init_gain.*>= 0"),
+    (dict(latent_source_layers=[], latent_target_layers=[]), r"at least one \(source, target\) pair"),
     (dict(freeze_base="no"), r"freeze_base"),
 ]
 

@@ -192,6 +192,9 @@ def test_slot_statistics_and_attention_image(stock, tmp_path):
     torch.testing.assert_close(shown, attention[1, :, :9])
     with pytest.raises(ValueError, match="index of a fixed-length bridge layer.*\\[1\\].*got 0"):
         model.bridge_attention(batch["input_ids"], batch["attention_mask"], layer=0)
+    variable = bridged(stock[0], bridge_layers=["transformer"])
+    with pytest.raises(ValueError, match=r"this bridge \(\['transformer'\]\) has no fixed-length layer to show"):
+        variable.bridge_attention(batch["input_ids"], batch["attention_mask"])
 
 
 def test_convert_infers_the_translation_task_and_reports_new_tensors(stock):

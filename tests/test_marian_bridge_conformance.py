@@ -16,6 +16,9 @@ BRIDGE_CONFIG_ERRORS = [
     (dict(bridge_layers=["perceiver"], bridge_heads=5), r"bridge_heads.*divide d_model=32.*got 5"),
     (dict(decoder_languages=["de", "de"]), r"decoder_languages.*must not repeat"),
     (dict(decoder_languages=[]), r"decoder_languages.*non-empty"),
+    (dict(decoder_languages=["de", ""]), r"decoder_languages.*non-empty list of language names"),
+    (dict(bridge_norm_eps=0.0), r"bridge_norm_eps.*> 0.*got 0.0"),
+    (dict(bridge_heads=0), r"bridge_heads.*>= 1"),
     (dict(bridge_layers=["transformer", "lin"], identity_init=True), r"identity_init=True.*'lin' bridge layer cannot"),
     (dict(bridge_layers=["feedforward"], identity_init=True), r"'feedforward' bridge layer cannot"),
 ]
