@@ -1,31 +1,13 @@
 """interlayer: cross-layer and residual-stream mechanisms for Hugging Face transformers.
 
-Importing the package registers every config and model with the Auto classes, so `AutoConfig` and
-`AutoModel...` resolve them in-process without `trust_remote_code`.
+Importing the package registers every config and model of the zoo (`interlayer.zoo.ZOO`) with the Auto classes, so
+`AutoConfig` and `AutoModel...` resolve them in-process without `trust_remote_code`, and exports every zoo class by
+its name (`from interlayer import Qwen3MHCForCausalLM`).
 """
 
 from transformers import AutoConfig
 
-from .models.configuration_attention_bridge import BartBridgeConfig, MarianBridgeConfig
-from .models.configuration_bridge import BRIDGE_PRESETS, BertBridgeConfig, RobertaBridgeConfig, bridge_preset
-from .models.configuration_gated_gpt2 import GatedGPT2Config
-from .models.configuration_hyper_connections import LlamaMHCConfig, Qwen3MHCConfig
-from .models.configuration_latent import LlamaLatentConfig, Qwen3LatentConfig
-from .models.modeling_attention_bridge import (
-    BartBridgeForConditionalGeneration,
-    BartBridgeModel,
-    MarianBridgeForConditionalGeneration,
-    MarianBridgeModel,
-)
-from .models.modeling_bridge import (
-    BertBridgeForSequenceClassification,
-    BertBridgeModel,
-    RobertaBridgeForSequenceClassification,
-    RobertaBridgeModel,
-)
-from .models.modeling_gated_gpt2 import GatedGPT2LMHeadModel, GatedGPT2Model
-from .models.modeling_hyper_connections import LlamaMHCForCausalLM, LlamaMHCModel, Qwen3MHCForCausalLM, Qwen3MHCModel
-from .models.modeling_latent import LlamaLatentForCausalLM, LlamaLatentModel, Qwen3LatentForCausalLM, Qwen3LatentModel
+from .models.configuration_bridge import BRIDGE_PRESETS, bridge_preset
 from .zoo import ZOO, convert
 
 __version__ = "0.1.0"
@@ -33,37 +15,8 @@ __version__ = "0.1.0"
 for _entry in ZOO:
     AutoConfig.register(_entry.config_class.model_type, _entry.config_class, exist_ok=True)
     _entry.auto_class.register(_entry.config_class, _entry.model_class, exist_ok=True)
+    globals()[_entry.config_class.__name__] = _entry.config_class
+    globals()[_entry.model_class.__name__] = _entry.model_class
 
-__all__ = [
-    "BRIDGE_PRESETS",
-    "BartBridgeConfig",
-    "BartBridgeForConditionalGeneration",
-    "BartBridgeModel",
-    "BertBridgeConfig",
-    "BertBridgeForSequenceClassification",
-    "BertBridgeModel",
-    "GatedGPT2Config",
-    "GatedGPT2LMHeadModel",
-    "GatedGPT2Model",
-    "LlamaLatentConfig",
-    "LlamaLatentForCausalLM",
-    "LlamaLatentModel",
-    "LlamaMHCConfig",
-    "LlamaMHCForCausalLM",
-    "LlamaMHCModel",
-    "MarianBridgeConfig",
-    "MarianBridgeForConditionalGeneration",
-    "MarianBridgeModel",
-    "Qwen3LatentConfig",
-    "Qwen3LatentForCausalLM",
-    "Qwen3LatentModel",
-    "Qwen3MHCConfig",
-    "Qwen3MHCForCausalLM",
-    "Qwen3MHCModel",
-    "RobertaBridgeConfig",
-    "RobertaBridgeForSequenceClassification",
-    "RobertaBridgeModel",
-    "ZOO",
-    "bridge_preset",
-    "convert",
-]
+__all__ = ["BRIDGE_PRESETS", "ZOO", "bridge_preset", "convert"]
+__all__ += sorted({cls.__name__ for e in ZOO for cls in (e.config_class, e.model_class)})

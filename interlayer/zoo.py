@@ -7,39 +7,47 @@ import shutil
 import warnings
 from dataclasses import dataclass
 
-from transformers import (
-    AutoModel,
-    AutoModelForCausalLM,
-    AutoModelForSeq2SeqLM,
-    AutoModelForSequenceClassification,
-    PretrainedConfig,
-)
+import transformers
+from transformers import PretrainedConfig, PreTrainedModel
 
-from .models.configuration_attention_bridge import BartBridgeConfig, MarianBridgeConfig
-from .models.configuration_bridge import BertBridgeConfig, RobertaBridgeConfig
-from .models.configuration_gated_gpt2 import GatedGPT2Config
-from .models.configuration_hyper_connections import LlamaMHCConfig, Qwen3MHCConfig
-from .models.configuration_latent import LlamaLatentConfig, Qwen3LatentConfig
-from .models.modeling_attention_bridge import (
-    BartBridgeForConditionalGeneration,
-    BartBridgeModel,
-    MarianBridgeForConditionalGeneration,
-    MarianBridgeModel,
+from .models import (
+    modeling_attention_bridge,
+    modeling_bridge,
+    modeling_gated_gpt2,
+    modeling_hyper_connections,
+    modeling_latent,
 )
-from .models.modeling_bridge import (
-    BertBridgeForSequenceClassification,
-    BertBridgeModel,
-    RobertaBridgeForSequenceClassification,
-    RobertaBridgeModel,
-)
-from .models.modeling_gated_gpt2 import GatedGPT2LMHeadModel, GatedGPT2Model
-from .models.modeling_hyper_connections import LlamaMHCForCausalLM, LlamaMHCModel, Qwen3MHCForCausalLM, Qwen3MHCModel
-from .models.modeling_latent import LlamaLatentForCausalLM, LlamaLatentModel, Qwen3LatentForCausalLM, Qwen3LatentModel
 from .models.zoo_common import check_choice, check_option_names
+
+# the zoo's mechanisms and the modeling file of each; a model class joins the zoo by being registered for an Auto class
+# in its file (`register_for_auto_classes`), which is also what its saved `auto_map` says
+MECHANISM_MODULES = {
+    "bridge": modeling_bridge,
+    "sentinel": modeling_gated_gpt2,
+    "hyper-connections": modeling_hyper_connections,
+    "latent": modeling_latent,
+    "attention-bridge": modeling_attention_bridge,
+}
+# the task each Auto class serves, and the stock class-name endings that say a checkpoint was saved for it
+AUTO_CLASS_TASKS = {
+    "AutoModel": "base",
+    "AutoModelForCausalLM": "causal-lm",
+    "AutoModelForSequenceClassification": "sequence-classification",
+    "AutoModelForTokenClassification": "token-classification",
+    "AutoModelForSeq2SeqLM": "translation",
+}
+TASK_ARCHITECTURE_ENDINGS = {
+    "sequence-classification": ("ForSequenceClassification",),
+    "token-classification": ("ForTokenClassification",),
+    "causal-lm": ("LMHeadModel", "ForCausalLM"),
+    "translation": ("MTModel", "ForConditionalGeneration"),
+}
 
 
 @dataclass(frozen=True)
 class ZooEntry:
+    """One cell of the zoo: `mechanism` on stock checkpoints of `stock_model_type` for `task`."""
+
     mechanism: str
     stock_model_type: str
     task: str
@@ -48,57 +56,57 @@ class ZooEntry:
     auto_class: type
 
 
-ZOO: tuple[ZooEntry, ...] = (
-    ZooEntry("bridge", "roberta", "base", RobertaBridgeConfig, RobertaBridgeModel, AutoModel),
-    ZooEntry(
-        "bridge",
-        "roberta",
-        "sequence-classification",
-        RobertaBridgeConfig,
-        RobertaBridgeForSequenceClassification,
-        AutoModelForSequenceClassification,
-    ),
-    ZooEntry("bridge", "bert", "base", BertBridgeConfig, BertBridgeModel, AutoModel),
-    ZooEntry(
-        "bridge",
-        "bert",
-        "sequence-classification",
-        BertBridgeConfig,
-        BertBridgeForSequenceClassification,
-        AutoModelForSequenceClassification,
-    ),
-    ZooEntry("sentinel", "gpt2", "base", GatedGPT2Config, GatedGPT2Model, AutoModel),
-    ZooEntry("sentinel", "gpt2", "causal-lm", GatedGPT2Config, GatedGPT2LMHeadModel, AutoModelForCausalLM),
-    ZooEntry("hyper-connections", "qwen3", "base", Qwen3MHCConfig, Qwen3MHCModel, AutoModel),
-    ZooEntry("hyper-connections", "qwen3", "causal-lm", Qwen3MHCConfig, Qwen3MHCForCausalLM, AutoModelForCausalLM),
-    ZooEntry("hyper-connections", "llama", "base", LlamaMHCConfig, LlamaMHCModel, AutoModel),
-    ZooEntry("hyper-connections", "llama", "causal-lm", LlamaMHCConfig, LlamaMHCForCausalLM, AutoModelForCausalLM),
-    ZooEntry("latent", "qwen3", "base", Qwen3LatentConfig, Qwen3LatentModel, AutoModel),
-    ZooEntry("latent", "qwen3", "causal-lm", Qwen3LatentConfig, Qwen3LatentForCausalLM, AutoModelForCausalLM),
-    ZooEntry("latent", "llama", "base", LlamaLatentConfig, LlamaLatentModel, AutoModel),
-    ZooEntry("latent", "llama", "causal-lm", LlamaLatentConfig, LlamaLatentForCausalLM, AutoModelForCausalLM),
-    ZooEntry("attention-bridge", "marian", "base", MarianBridgeConfig, MarianBridgeModel, AutoModel),
-    ZooEntry(
-        "attention-bridge",
-        "marian",
-        "translation",
-        MarianBridgeConfig,
-        MarianBridgeForConditionalGeneration,
-        AutoModelForSeq2SeqLM,
-    ),
-    ZooEntry("attention-bridge", "bart", "base", BartBridgeConfig, BartBridgeModel, AutoModel),
-    ZooEntry(
-        "attention-bridge",
-        "bart",
-        "translation",
-        BartBridgeConfig,
-        BartBridgeForConditionalGeneration,
-        AutoModelForSeq2SeqLM,
-    ),
-)
+def _registered_entries() -> tuple[ZooEntry, ...]:
+    """Every model class a mechanism's modeling file registers for an Auto class, one entry per stock model type its
+    config converts, sorted by mechanism, stock model type and task."""
+    entries = []
+    for mechanism, module in MECHANISM_MODULES.items():
+        for value in vars(module).values():
+            if not (isinstance(value, type) and issubclass(value, PreTrainedModel)):
+                continue
+            auto_class = value.__dict__.get("_auto_class")
+            if auto_class is None or value.__module__ != module.__name__:
+                continue
+            config_class = value.config_class
+            for stock_model_type in config_class.stock_model_types:
+                entries.append(
+                    ZooEntry(
+                        mechanism,
+                        stock_model_type,
+                        AUTO_CLASS_TASKS[auto_class],
+                        config_class,
+                        value,
+                        getattr(transformers, auto_class),
+                    )
+                )
+    order = list(MECHANISM_MODULES)
+    entries.sort(key=lambda e: (order.index(e.mechanism), e.stock_model_type, e.task != "base", e.task))
+    return tuple(entries)
 
+
+ZOO: tuple[ZooEntry, ...] = _registered_entries()
 TASKS = sorted({e.task for e in ZOO})
-MECHANISMS = sorted({e.mechanism for e in ZOO})
+MECHANISMS = list(MECHANISM_MODULES)
+
+
+def matrix() -> dict[tuple[str, str], dict[str, type]]:
+    """The zoo as a mechanism x family matrix: `{(mechanism, stock model_type): {task: model class}}`."""
+    cells: dict[tuple[str, str], dict[str, type]] = {}
+    for e in ZOO:
+        cells.setdefault((e.mechanism, e.stock_model_type), {})[e.task] = e.model_class
+    return cells
+
+
+def matrix_markdown() -> str:
+    """`matrix()` as a markdown table (the one in docs/matrix.md, printed by `interlayer list --markdown`)."""
+    lines = [
+        "| mechanism | family (stock `model_type`) | " + " | ".join(TASKS) + " |",
+        "| --- | --- | " + " | ".join("---" for _ in TASKS) + " |",
+    ]
+    for (mechanism, family), tasks in matrix().items():
+        cells = [f"`{tasks[t].__name__}`" if t in tasks else "" for t in TASKS]
+        lines.append(f"| {mechanism} | {family} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def find_entry(mechanism: str, model_type: str, task: str) -> ZooEntry:
@@ -123,12 +131,9 @@ def find_entry(mechanism: str, model_type: str, task: str) -> ZooEntry:
 def default_task(config_dict: dict) -> str:
     """The task a stock checkpoint was saved for, from its `architectures`."""
     architectures = config_dict.get("architectures") or []
-    if any(a.endswith("ForSequenceClassification") for a in architectures):
-        return "sequence-classification"
-    if any(a.endswith(("LMHeadModel", "ForCausalLM")) for a in architectures):
-        return "causal-lm"
-    if any(a.endswith(("MTModel", "ForConditionalGeneration")) for a in architectures):
-        return "translation"
+    for task, endings in TASK_ARCHITECTURE_ENDINGS.items():
+        if any(a.endswith(endings) for a in architectures):
+            return task
     return "base"
 
 
@@ -143,27 +148,41 @@ class ConversionReport:
 
 
 def convert(
-    source: str,
+    source,
     mechanism: str,
     task: str | None = None,
     preset: str | None = None,
     **options,
 ):
-    """Load a stock checkpoint as a zoo model: every stock weight loaded, the mechanism initialised per its config.
+    """Turn a stock model into a zoo model: every stock weight loaded, the mechanism initialised per its config.
+
+    `source` is a stock checkpoint (a local folder or a Hub id) or an already-loaded stock model (a
+    `PreTrainedModel`, as `peft.get_peft_model` takes one), converted in memory: the new model takes the stock
+    model's weight tensors themselves, in their dtype (no copy: training the new model's base changes them in the
+    stock model too; pass `copy.deepcopy(model)` to keep it apart). `task` defaults to the one the checkpoint (or
+    the loaded model's class) was made for.
 
     Returns `(model, report)`. Raises `ValueError` for an option name the mechanism's config does not have (naming
     the closest one), or if a stock base weight would be missing or a checkpoint weight would go unused, which means
     the checkpoint is not the architecture it claims to be.
     """
-    config_dict, _ = PretrainedConfig.get_config_dict(source)
+    if isinstance(source, PreTrainedModel):
+        config_dict = {**source.config.to_dict(), "architectures": [type(source).__name__]}
+    else:
+        config_dict, _ = PretrainedConfig.get_config_dict(source)
     task = task or default_task(config_dict)
     entry = find_entry(mechanism, config_dict.get("model_type"), task)
     check_option_names(entry.config_class, options)
     if preset is not None:
         check_choice("preset", preset, entry.config_class.presets)
         options = {**entry.config_class.presets[preset], **options}
-    config = entry.config_class.from_pretrained(source, **options)
-    model, info = entry.model_class.from_pretrained(source, config=config, output_loading_info=True)
+    if isinstance(source, PreTrainedModel):
+        config = entry.config_class.from_dict(config_dict, **options)
+        model, info = entry.model_class.from_stock_model(source, config, output_loading_info=True)
+        source = config.base_model_name_or_path
+    else:
+        config = entry.config_class.from_pretrained(source, **options)
+        model, info = entry.model_class.from_pretrained(source, config=config, output_loading_info=True)
     markers = model.mechanism_param_markers
     missing = list(info["missing_keys"])
     unexpected = list(info["unexpected_keys"])

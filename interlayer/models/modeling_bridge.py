@@ -43,7 +43,7 @@ from transformers.pytorch_utils import apply_chunking_to_forward
 from transformers.utils.generic import can_return_tuple
 
 from .configuration_bridge import BertBridgeConfig, RobertaBridgeConfig
-from .zoo_common import StatsAccumulator, ZooModelMixin
+from .zoo_common import StatsAccumulator, ZooModelMixin, register_for_auto_classes
 
 
 def pool_tokens(hidden: torch.Tensor, token_mask: torch.Tensor, mode: str) -> torch.Tensor:
@@ -749,12 +749,14 @@ class BertBridgeForSequenceClassification(BridgeForSequenceClassificationMixin, 
         return self.classifier(self.dropout(outputs.pooler_output))
 
 
-RobertaBridgeConfig.register_for_auto_class()
-BertBridgeConfig.register_for_auto_class()
-RobertaBridgeModel.register_for_auto_class("AutoModel")
-BertBridgeModel.register_for_auto_class("AutoModel")
-RobertaBridgeForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
-BertBridgeForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
+register_for_auto_classes(
+    RobertaBridgeConfig,
+    AutoModel=RobertaBridgeModel,
+    AutoModelForSequenceClassification=RobertaBridgeForSequenceClassification,
+)
+register_for_auto_classes(
+    BertBridgeConfig, AutoModel=BertBridgeModel, AutoModelForSequenceClassification=BertBridgeForSequenceClassification
+)
 
 __all__ = [
     "RobertaBridgeModel",

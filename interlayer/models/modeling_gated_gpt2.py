@@ -35,7 +35,7 @@ from transformers.pytorch_utils import Conv1D
 from transformers.utils.generic import can_return_tuple
 
 from .configuration_gated_gpt2 import GatedGPT2Config
-from .zoo_common import ZooModelMixin
+from .zoo_common import ZooModelMixin, register_for_auto_classes
 
 
 class GatedGPT2Attention(GPT2Attention):
@@ -452,8 +452,6 @@ class GatedGPT2LMHeadModel(GatedGPT2PreTrainedMixin, GPT2PreTrainedModel, Genera
         )
 
 
-GatedGPT2Config.register_for_auto_class()
-GatedGPT2Model.register_for_auto_class("AutoModel")
-GatedGPT2LMHeadModel.register_for_auto_class("AutoModelForCausalLM")
+register_for_auto_classes(GatedGPT2Config, AutoModel=GatedGPT2Model, AutoModelForCausalLM=GatedGPT2LMHeadModel)
 
 __all__ = ["GatedGPT2Model", "GatedGPT2LMHeadModel", "GatedCausalLMOutput", "GatedGPT2Attention"]
