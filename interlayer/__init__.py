@@ -2,21 +2,20 @@
 
 Importing the package registers every config and model of the zoo (`interlayer.zoo.ZOO`) with the Auto classes, so
 `AutoConfig` and `AutoModel...` resolve them in-process without `trust_remote_code`, and exports every zoo class by
-its name (`from interlayer import Qwen3MHCForCausalLM`).
+its name (`from interlayer import Qwen3MHCForCausalLM`), and under the older names kept for it.
 """
 
 from transformers import AutoConfig
 
 from .models.configuration_bridge import BRIDGE_PRESETS, bridge_preset
-from .zoo import ZOO, convert
+from .zoo import ZOO, convert, exported_names
 
 __version__ = "0.1.0"
 
 for _entry in ZOO:
     AutoConfig.register(_entry.config_class.model_type, _entry.config_class, exist_ok=True)
     _entry.auto_class.register(_entry.config_class, _entry.model_class, exist_ok=True)
-    globals()[_entry.config_class.__name__] = _entry.config_class
-    globals()[_entry.model_class.__name__] = _entry.model_class
 
 __all__ = ["BRIDGE_PRESETS", "ZOO", "bridge_preset", "convert"]
-__all__ += sorted({cls.__name__ for e in ZOO for cls in (e.config_class, e.model_class)})
+globals().update(exported_names())
+__all__ += list(exported_names())

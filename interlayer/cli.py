@@ -84,8 +84,11 @@ def cmd_inspect(args) -> int:
 
 
 def cmd_list(args) -> int:
-    from .zoo import MECHANISMS, TASKS, ZOO, matrix, matrix_markdown
+    from .zoo import MECHANISMS, TASKS, ZOO, matrix, matrix_markdown, options_markdown
 
+    if args.options:
+        print(options_markdown(args.options), end="")
+        return 0
     if args.markdown:
         print(matrix_markdown(), end="")
         return 0
@@ -201,6 +204,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     lister = sub.add_parser("list", help="what the zoo converts: the mechanism x family matrix and its classes")
     lister.add_argument("--markdown", action="store_true", help="print the matrix as the markdown table of the docs")
+    lister.add_argument(
+        "--options", choices=MECHANISMS, help="print a mechanism's options (type, default, meaning) as a markdown table"
+    )
     lister.set_defaults(func=cmd_list)
 
     demo = sub.add_parser("demo", help="MiniLM-L6 -> bridged classifier, fine-tuned on BBC News, offline")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import warnings
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from .models import (
     modeling_hyper_connections,
     modeling_latent,
 )
-from .models.zoo_common import check_choice, check_option_names
+from .models.zoo_common import check_choice, check_option_names, field_defaults, mechanism_field_names
 
 # the zoo's mechanisms and the modeling file of each; a model class joins the zoo by being registered for an Auto class
 # in its file (`register_for_auto_classes`), which is also what its saved `auto_map` says
@@ -89,6 +90,18 @@ TASKS = sorted({e.task for e in ZOO})
 MECHANISMS = list(MECHANISM_MODULES)
 
 
+def exported_names() -> dict[str, type]:
+    """Every name under which a mechanism's modeling file holds one of the zoo's model or config classes (the names
+    `import interlayer` exports: the classes' own, and older names kept for them)."""
+    registered = {cls for e in ZOO for cls in (e.model_class, e.config_class)}
+    names = {}
+    for module in MECHANISM_MODULES.values():
+        for name, value in vars(module).items():
+            if isinstance(value, type) and value in registered:
+                names[name] = value
+    return dict(sorted(names.items()))
+
+
 def matrix() -> dict[tuple[str, str], dict[str, type]]:
     """The zoo as a mechanism x family matrix: `{(mechanism, stock model_type): {task: model class}}`."""
     cells: dict[tuple[str, str], dict[str, type]] = {}
@@ -106,6 +119,50 @@ def matrix_markdown() -> str:
     for (mechanism, family), tasks in matrix().items():
         cells = [f"`{tasks[t].__name__}`" if t in tasks else "" for t in TASKS]
         lines.append(f"| {mechanism} | {family} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+_DOC_ENTRY = re.compile(r"^(\s+)(\w+) \(((?:[^()]|\([^()]*\))*)\):\s*(.*)$")
+
+
+def option_docs(config_class) -> dict[str, tuple[str, str]]:
+    """`{option: (type and default, meaning)}` for every mechanism option of `config_class`, read from the
+    `name (`type`, defaults to X): meaning` entries of its options classes' docstrings (the one place an option is
+    documented). Raises `ValueError` naming an option without an entry."""
+    names = mechanism_field_names(config_class)
+    found: dict[str, tuple[str, str]] = {}
+    for klass in config_class.__mro__:
+        lines = (klass.__dict__.get("__doc__") or "").splitlines()
+        i = 0
+        while i < len(lines):
+            line, i = lines[i], i + 1
+            while line.lstrip().split(" (", 1)[0] in names and "):" not in line and i < len(lines):
+                line, i = f"{line} {lines[i].strip()}", i + 1  # a type that runs over two lines
+            match = _DOC_ENTRY.match(line)
+            if not match or match.group(2) not in names or match.group(2) in found:
+                continue
+            indent, text = len(match.group(1)), [match.group(4)]
+            while i < len(lines) and (not lines[i].strip() or len(lines[i]) - len(lines[i].lstrip()) > indent):
+                text.append(lines[i].strip())
+                i += 1
+            found[match.group(2)] = (match.group(3), " ".join(t for t in text if t))
+    missing = [n for n in names if n not in found]
+    if missing:
+        raise ValueError(f"{config_class.__name__}: options without a docstring entry: {missing}")
+    return {n: found[n] for n in names}
+
+
+def options_markdown(mechanism: str) -> str:
+    """The options of `mechanism` as a markdown table (type, default, meaning), as its docs page shows them
+    (`interlayer list --options MECHANISM`): from the docstrings, with the default the config really has."""
+    check_choice("mechanism", mechanism, MECHANISMS)
+    config_class = next(e.config_class for e in ZOO if e.mechanism == mechanism)
+    defaults = field_defaults(config_class)
+    lines = ["| option | type | default | meaning |", "| --- | --- | --- | --- |"]
+    for name, (kind, meaning) in option_docs(config_class).items():
+        kind = re.sub(r",?\s*(defaults to .*|\*optional\*)$", "", kind)
+        meaning = meaning.replace("|", "\\|")
+        lines.append(f"| `{name}` | {kind} | `{defaults.get(name)!r}` | {meaning} |")
     return "\n".join(lines) + "\n"
 
 
