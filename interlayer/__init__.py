@@ -7,7 +7,16 @@ Importing the package registers every config and model with the Auto classes, so
 from transformers import AutoConfig
 
 from .models.configuration_attention_bridge import BartBridgeConfig, MarianBridgeConfig
-from .models.configuration_bridge import BRIDGE_PRESETS, BertBridgeConfig, RobertaBridgeConfig, bridge_preset
+from .models.configuration_bridge import (
+    BRIDGE_PRESETS,
+    BertBridgeConfig,
+    DebertaV2BridgeConfig,
+    ElectraBridgeConfig,
+    ModernBertBridgeConfig,
+    RobertaBridgeConfig,
+    XLMRobertaBridgeConfig,
+    bridge_preset,
+)
 from .models.configuration_gated_gpt2 import GatedGPT2Config
 from .models.configuration_hyper_connections import LlamaMHCConfig, Qwen3MHCConfig
 from .models.configuration_latent import LlamaLatentConfig, Qwen3LatentConfig
@@ -19,9 +28,23 @@ from .models.modeling_attention_bridge import (
 )
 from .models.modeling_bridge import (
     BertBridgeForSequenceClassification,
+    BertBridgeForTokenClassification,
     BertBridgeModel,
+    DebertaV2BridgeForSequenceClassification,
+    DebertaV2BridgeForTokenClassification,
+    DebertaV2BridgeModel,
+    ElectraBridgeForSequenceClassification,
+    ElectraBridgeForTokenClassification,
+    ElectraBridgeModel,
+    ModernBertBridgeForSequenceClassification,
+    ModernBertBridgeForTokenClassification,
+    ModernBertBridgeModel,
     RobertaBridgeForSequenceClassification,
+    RobertaBridgeForTokenClassification,
     RobertaBridgeModel,
+    XLMRobertaBridgeForSequenceClassification,
+    XLMRobertaBridgeForTokenClassification,
+    XLMRobertaBridgeModel,
 )
 from .models.modeling_gated_gpt2 import GatedGPT2LMHeadModel, GatedGPT2Model
 from .models.modeling_hyper_connections import LlamaMHCForCausalLM, LlamaMHCModel, Qwen3MHCForCausalLM, Qwen3MHCModel
@@ -41,7 +64,16 @@ __all__ = [
     "BartBridgeModel",
     "BertBridgeConfig",
     "BertBridgeForSequenceClassification",
+    "BertBridgeForTokenClassification",
     "BertBridgeModel",
+    "DebertaV2BridgeConfig",
+    "DebertaV2BridgeForSequenceClassification",
+    "DebertaV2BridgeForTokenClassification",
+    "DebertaV2BridgeModel",
+    "ElectraBridgeConfig",
+    "ElectraBridgeForSequenceClassification",
+    "ElectraBridgeForTokenClassification",
+    "ElectraBridgeModel",
     "GatedGPT2Config",
     "GatedGPT2LMHeadModel",
     "GatedGPT2Model",
@@ -54,6 +86,10 @@ __all__ = [
     "MarianBridgeConfig",
     "MarianBridgeForConditionalGeneration",
     "MarianBridgeModel",
+    "ModernBertBridgeConfig",
+    "ModernBertBridgeForSequenceClassification",
+    "ModernBertBridgeForTokenClassification",
+    "ModernBertBridgeModel",
     "Qwen3LatentConfig",
     "Qwen3LatentForCausalLM",
     "Qwen3LatentModel",
@@ -62,7 +98,12 @@ __all__ = [
     "Qwen3MHCModel",
     "RobertaBridgeConfig",
     "RobertaBridgeForSequenceClassification",
+    "RobertaBridgeForTokenClassification",
     "RobertaBridgeModel",
+    "XLMRobertaBridgeConfig",
+    "XLMRobertaBridgeForSequenceClassification",
+    "XLMRobertaBridgeForTokenClassification",
+    "XLMRobertaBridgeModel",
     "ZOO",
     "bridge_preset",
     "convert",

@@ -12,11 +12,19 @@ from transformers import (
     AutoModelForCausalLM,
     AutoModelForSeq2SeqLM,
     AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
     PretrainedConfig,
 )
 
 from .models.configuration_attention_bridge import BartBridgeConfig, MarianBridgeConfig
-from .models.configuration_bridge import BertBridgeConfig, RobertaBridgeConfig
+from .models.configuration_bridge import (
+    BertBridgeConfig,
+    DebertaV2BridgeConfig,
+    ElectraBridgeConfig,
+    ModernBertBridgeConfig,
+    RobertaBridgeConfig,
+    XLMRobertaBridgeConfig,
+)
 from .models.configuration_gated_gpt2 import GatedGPT2Config
 from .models.configuration_hyper_connections import LlamaMHCConfig, Qwen3MHCConfig
 from .models.configuration_latent import LlamaLatentConfig, Qwen3LatentConfig
@@ -28,9 +36,23 @@ from .models.modeling_attention_bridge import (
 )
 from .models.modeling_bridge import (
     BertBridgeForSequenceClassification,
+    BertBridgeForTokenClassification,
     BertBridgeModel,
+    DebertaV2BridgeForSequenceClassification,
+    DebertaV2BridgeForTokenClassification,
+    DebertaV2BridgeModel,
+    ElectraBridgeForSequenceClassification,
+    ElectraBridgeForTokenClassification,
+    ElectraBridgeModel,
+    ModernBertBridgeForSequenceClassification,
+    ModernBertBridgeForTokenClassification,
+    ModernBertBridgeModel,
     RobertaBridgeForSequenceClassification,
+    RobertaBridgeForTokenClassification,
     RobertaBridgeModel,
+    XLMRobertaBridgeForSequenceClassification,
+    XLMRobertaBridgeForTokenClassification,
+    XLMRobertaBridgeModel,
 )
 from .models.modeling_gated_gpt2 import GatedGPT2LMHeadModel, GatedGPT2Model
 from .models.modeling_hyper_connections import LlamaMHCForCausalLM, LlamaMHCModel, Qwen3MHCForCausalLM, Qwen3MHCModel
@@ -58,6 +80,14 @@ ZOO: tuple[ZooEntry, ...] = (
         RobertaBridgeForSequenceClassification,
         AutoModelForSequenceClassification,
     ),
+    ZooEntry(
+        "bridge",
+        "roberta",
+        "token-classification",
+        RobertaBridgeConfig,
+        RobertaBridgeForTokenClassification,
+        AutoModelForTokenClassification,
+    ),
     ZooEntry("bridge", "bert", "base", BertBridgeConfig, BertBridgeModel, AutoModel),
     ZooEntry(
         "bridge",
@@ -66,6 +96,82 @@ ZOO: tuple[ZooEntry, ...] = (
         BertBridgeConfig,
         BertBridgeForSequenceClassification,
         AutoModelForSequenceClassification,
+    ),
+    ZooEntry(
+        "bridge",
+        "bert",
+        "token-classification",
+        BertBridgeConfig,
+        BertBridgeForTokenClassification,
+        AutoModelForTokenClassification,
+    ),
+    ZooEntry("bridge", "xlm-roberta", "base", XLMRobertaBridgeConfig, XLMRobertaBridgeModel, AutoModel),
+    ZooEntry(
+        "bridge",
+        "xlm-roberta",
+        "sequence-classification",
+        XLMRobertaBridgeConfig,
+        XLMRobertaBridgeForSequenceClassification,
+        AutoModelForSequenceClassification,
+    ),
+    ZooEntry(
+        "bridge",
+        "xlm-roberta",
+        "token-classification",
+        XLMRobertaBridgeConfig,
+        XLMRobertaBridgeForTokenClassification,
+        AutoModelForTokenClassification,
+    ),
+    ZooEntry("bridge", "electra", "base", ElectraBridgeConfig, ElectraBridgeModel, AutoModel),
+    ZooEntry(
+        "bridge",
+        "electra",
+        "sequence-classification",
+        ElectraBridgeConfig,
+        ElectraBridgeForSequenceClassification,
+        AutoModelForSequenceClassification,
+    ),
+    ZooEntry(
+        "bridge",
+        "electra",
+        "token-classification",
+        ElectraBridgeConfig,
+        ElectraBridgeForTokenClassification,
+        AutoModelForTokenClassification,
+    ),
+    ZooEntry("bridge", "deberta-v2", "base", DebertaV2BridgeConfig, DebertaV2BridgeModel, AutoModel),
+    ZooEntry(
+        "bridge",
+        "deberta-v2",
+        "sequence-classification",
+        DebertaV2BridgeConfig,
+        DebertaV2BridgeForSequenceClassification,
+        AutoModelForSequenceClassification,
+    ),
+    ZooEntry(
+        "bridge",
+        "deberta-v2",
+        "token-classification",
+        DebertaV2BridgeConfig,
+        DebertaV2BridgeForTokenClassification,
+        AutoModelForTokenClassification,
+    ),
+    ZooEntry("bridge", "modernbert", "base", ModernBertBridgeConfig, ModernBertBridgeModel, AutoModel),
+    ZooEntry(
+        "bridge",
+        "modernbert",
+        "sequence-classification",
+        ModernBertBridgeConfig,
+        ModernBertBridgeForSequenceClassification,
+        AutoModelForSequenceClassification,
+    ),
+    ZooEntry(
+        "bridge",
+        "modernbert",
+        "token-classification",
+        ModernBertBridgeConfig,
+        ModernBertBridgeForTokenClassification,
+        AutoModelForTokenClassification,
     ),
     ZooEntry("sentinel", "gpt2", "base", GatedGPT2Config, GatedGPT2Model, AutoModel),
     ZooEntry("sentinel", "gpt2", "causal-lm", GatedGPT2Config, GatedGPT2LMHeadModel, AutoModelForCausalLM),
@@ -125,6 +231,8 @@ def default_task(config_dict: dict) -> str:
     architectures = config_dict.get("architectures") or []
     if any(a.endswith("ForSequenceClassification") for a in architectures):
         return "sequence-classification"
+    if any(a.endswith("ForTokenClassification") for a in architectures):
+        return "token-classification"
     if any(a.endswith(("LMHeadModel", "ForCausalLM")) for a in architectures):
         return "causal-lm"
     if any(a.endswith(("MTModel", "ForConditionalGeneration")) for a in architectures):
