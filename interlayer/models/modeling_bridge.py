@@ -25,8 +25,8 @@ from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.loss.loss_utils import ForSequenceClassificationLoss
-from transformers.modeling_outputs import ModelOutput
 from transformers.masking_utils import create_bidirectional_mask, create_bidirectional_sliding_window_mask
+from transformers.modeling_outputs import ModelOutput
 from transformers.models.bert.modeling_bert import (
     BertEmbeddings,
     BertLayer,
