@@ -1,14 +1,20 @@
-"""Cross-layer bridges (seed 000) on stock RoBERTa and BERT encoders.
+"""Cross-layer bridges (seed 000) on stock encoders: BERT, RoBERTa, XLM-R, ELECTRA, DeBERTa-v2 and ModernBERT.
 
 Late target layers j (the last `route_last_n`) receive messages from earlier layers i < j chosen by a router:
 a QKV cross-attention message (target queries, source keys/values) and an HDIM pairwise-MLP message. Per-layer
-gates blend them; a LayerNorm, a projection and dropout follow, and the result is added to the attention output
-before the FFN (seed section 4). Every stock weight keeps its stock name (`encoder.layer.N.attention...`); the
-mechanism's own parameters all contain `bridge` in their names (`encoder.bridge_router.*`,
-`encoder.layer.N.bridge.*`).
+gates blend them; a LayerNorm, a projection and dropout follow, and the result is added where the attention sublayer
+ends, to the input of the FFN sublayer (seed section 4). Every stock weight keeps its stock name
+(`encoder.layer.N.attention...`, `layers.N.attn...`); the mechanism's own parameters all contain `bridge` in their
+names (`encoder.bridge_router.*`, `encoder.layer.N.bridge.*`).
 
-Reading order: helpers, router, HDIM message, the per-target bridge block, the bridged layer and encoder,
-the pre-trained base class, then the base models and the sequence-classification heads.
+The mechanism is written once, against the roles a family's encoder layer plays (`BridgeLayerMixin`: where the
+attention sublayer ends, the FFN sublayer, the query/key/value projections, how the bridge reads a hidden state)
+and the routing over a layer stack (`BridgeStackMixin`); a family is a short declaration of those roles and of its
+stock modules (`*LayerRoles`, then the `*Bridge*` classes at the end of the file).
+
+Reading order: helpers, router, HDIM message, the per-target bridge block, the layer roles and the bridged layers,
+the layer stack and encoders, the pre-trained base class, the base model and task heads shared by every family,
+then the families.
 """
 
 from __future__ import annotations
