@@ -771,7 +771,8 @@ class BridgePreTrainedMixin(ZooModelMixin):
         return (
             "Cross-layer bridges (interlayer, seed 000): for each of the target layers "
             f"{targets}, a router picks {c.route_topk} earlier source layer(s) per example; the sources send "
-            f"{messages}, which are normalised, projected and added to the attention output before the FFN. "
+            f"{messages}, which are normalised, projected and added where the attention sublayer ends, before "
+            "the FFN sublayer. "
             "Every stock weight keeps its stock name; the bridge's own parameters contain `bridge`."
         )
 
