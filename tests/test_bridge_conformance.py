@@ -103,11 +103,6 @@ def token_classification_case(family: str) -> ConformanceCase:
     )
 
 
-class TestBertBridgeTokenClassificationConformance(ConformanceSuite):
-    def make_case(self):
-        return token_classification_case("bert")
-
-
 class TestXLMRobertaBridgeConformance(ConformanceSuite):
     def make_case(self):
         return token_classification_case("xlm-roberta")
