@@ -1185,24 +1185,30 @@ class DebertaV2BridgeForSequenceClassification(BridgeForSequenceClassificationMi
         return self.classifier(self.dropout(self.pooler(outputs.last_hidden_state)))
 
 
-class ModernBertBridgeForSequenceClassification(BridgeForSequenceClassificationMixin, ModernBertPreTrainedModel):
-    config_class = ModernBertBridgeConfig
-    base_class = ModernBertBridgeModel
+class ModernBertStockHead:
+    """ModernBERT's task heads: `head` (dense, activation, norm), dropout `drop`, then `classifier`."""
 
     def build_stock_head(self, config):
         self.head = ModernBertPredictionHead(config)
         self.drop = nn.Dropout(config.classifier_dropout)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
 
+    def classify(self, hidden):
+        return self.classifier(self.drop(self.head(hidden)))
+
+
+class ModernBertBridgeForSequenceClassification(
+    ModernBertStockHead, BridgeForSequenceClassificationMixin, ModernBertPreTrainedModel
+):
+    config_class = ModernBertBridgeConfig
+    base_class = ModernBertBridgeModel
+
     def stock_logits(self, outputs, attention_mask):
         hidden = outputs.last_hidden_state
         if self.config.classifier_pooling == "cls":
-            pooled = hidden[:, 0]
-        else:
-            pooled = pool_tokens(
-                hidden, torch.ones_like(hidden[..., 0]) if attention_mask is None else attention_mask, "mean"
-            )
-        return self.classifier(self.drop(self.head(pooled)))
+            return self.classify(hidden[:, 0])
+        token_mask = torch.ones_like(hidden[..., 0]) if attention_mask is None else attention_mask
+        return self.classify(pool_tokens(hidden, token_mask, "mean"))
 
 
 class BertBridgeForTokenClassification(BridgeForTokenClassificationMixin, BertPreTrainedModel):
@@ -1230,17 +1236,14 @@ class DebertaV2BridgeForTokenClassification(BridgeForTokenClassificationMixin, D
     base_class = DebertaV2BridgeModel
 
 
-class ModernBertBridgeForTokenClassification(BridgeForTokenClassificationMixin, ModernBertPreTrainedModel):
+class ModernBertBridgeForTokenClassification(
+    ModernBertStockHead, BridgeForTokenClassificationMixin, ModernBertPreTrainedModel
+):
     config_class = ModernBertBridgeConfig
     base_class = ModernBertBridgeModel
 
-    def build_stock_head(self, config):
-        self.head = ModernBertPredictionHead(config)
-        self.drop = nn.Dropout(config.classifier_dropout)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
-
     def stock_logits(self, outputs, attention_mask):
-        return self.classifier(self.drop(self.head(outputs.last_hidden_state)))
+        return self.classify(outputs.last_hidden_state)
 
 
 FAMILIES = {  # stock model_type -> (config, base model, sequence classification, token classification)
