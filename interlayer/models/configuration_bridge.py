@@ -284,8 +284,8 @@ class DebertaV2BridgeConfig(BridgeConfigMixin, DebertaV2Config, BridgeFields):
         if head_size is not None and head_size * self.num_attention_heads != self.hidden_size:
             raise ValueError(
                 f"`attention_head_size` must be hidden_size / num_attention_heads "
-                f"({self.hidden_size // self.num_attention_heads}) for cross-layer bridges, got {head_size}: the QKV "
-                "message is added to the hidden states."
+                f"({self.hidden_size // self.num_attention_heads}) for cross-layer bridges on DeBERTa-v2, got "
+                f"{head_size}: the QKV message (heads x head size wide) is added to the hidden states."
             )
 
 
