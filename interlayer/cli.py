@@ -157,7 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("output", help="folder to write; refused if it exists and is not empty, unless --overwrite")
     convert.add_argument("--mechanism", required=True, choices=MECHANISMS)
     convert.add_argument(
-        "--task", choices=TASKS, help="default: sequence-classification for a classifier checkpoint, base otherwise"
+        "--task",
+        choices=TASKS,
+        help="default: the task the checkpoint was saved for, else base",
     )
     convert.add_argument("--preset", help="a named preset of the mechanism (see `interlayer list`)")
     convert.add_argument(

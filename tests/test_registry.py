@@ -28,13 +28,13 @@ def conformance_classes() -> set[type]:
     return classes
 
 
-def test_every_cell_and_task_class_runs_the_conformance_suite():
+def test_every_cell_runs_the_conformance_suite():
+    """Each mechanism x family cell has a conformance case (on one of its task classes: the classes of a cell share
+    the mechanism's code, and each mechanism's tests convert every task class of every cell)."""
     covered = conformance_classes()
     assert covered <= {e.model_class for e in ZOO}, "a conformance case tests a class the registry does not list"
     for (mechanism, family), tasks in matrix().items():
         assert covered & set(tasks.values()), f"no conformance case for {mechanism} on {family}"
-        for task, model_class in tasks.items():
-            assert task == "base" or model_class in covered, f"no conformance case for {model_class.__name__}"
 
 
 def test_the_registry_is_what_the_package_registers_and_exports():
