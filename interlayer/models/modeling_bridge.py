@@ -43,7 +43,7 @@ from transformers.pytorch_utils import apply_chunking_to_forward
 from transformers.utils.generic import can_return_tuple
 
 from .configuration_bridge import BertBridgeConfig, RobertaBridgeConfig
-from .zoo_common import StatsAccumulator, ZooModelMixin
+from .zoo_common import StatsAccumulator, ZooModelMixin, register_scalar_parameters
 
 
 def pool_tokens(hidden: torch.Tensor, token_mask: torch.Tensor, mode: str) -> torch.Tensor:
@@ -142,7 +142,7 @@ class HDIMMessage(nn.Module):
             )
         elif self.scorer_kind == "bilinear":
             self.scorer = nn.Linear(dim, dim, bias=False)
-        self.token_temp = nn.Parameter(torch.empty(())) if config.hdim_token_temp is not None else None
+        self.token_temp = nn.Parameter(torch.empty(1)) if config.hdim_token_temp is not None else None
         self.fusion = config.hdim_value_fusion
         width = {"concat_only": 2, "concat_hadam": 3, "concat_diff_hadam": 4}[self.fusion]
         value_hidden = config.hdim_value_hidden or 2 * max(128, hidden // 2)
@@ -254,8 +254,9 @@ class BridgeBlock(nn.Module):
         head_dim = config.hidden_size // config.num_attention_heads
         self.value_proj = nn.Linear(head_dim, head_dim) if (self.use_qkv and config.qkv_value_proj) else None
         self.hdim = HDIMMessage(config) if self.use_hdim else None
-        self.alpha_attn = nn.Parameter(torch.empty(())) if self.use_qkv else None
-        self.alpha_hdim = nn.Parameter(torch.empty(())) if self.use_hdim else None
+        # gates and temperatures are (1,), not 0-d: FSDP2 shards no 0-d parameter (see register_scalar_parameters)
+        self.alpha_attn = nn.Parameter(torch.empty(1)) if self.use_qkv else None
+        self.alpha_hdim = nn.Parameter(torch.empty(1)) if self.use_hdim else None
         self.softplus_gates = config.gate_activation == "softplus"
         self.post_norm = config.gate_placement == "post_norm"
         self.route_pre_norm = config.route_placement == "pre_norm"
@@ -286,6 +287,7 @@ class BridgeBlock(nn.Module):
         init.zeros_(self.proj.bias)
 
     def gate(self, raw: torch.Tensor) -> torch.Tensor:
+        raw = raw.reshape(())  # the (1,) parameter as the scalar it is
         return F.softplus(raw) if self.softplus_gates else raw
 
     def _qkv_message(self, attention, hidden, sources, source_kv, key_mask):
@@ -755,6 +757,9 @@ RobertaBridgeModel.register_for_auto_class("AutoModel")
 BertBridgeModel.register_for_auto_class("AutoModel")
 RobertaBridgeForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
 BertBridgeForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
+register_scalar_parameters(
+    [RobertaBridgeConfig.model_type, BertBridgeConfig.model_type], ["alpha_attn", "alpha_hdim", "token_temp"]
+)
 
 __all__ = [
     "RobertaBridgeModel",

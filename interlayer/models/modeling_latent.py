@@ -45,7 +45,7 @@ from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_latent import LlamaLatentConfig, Qwen3LatentConfig
 from .decoder_common import CausalLMMixin, DecoderStackMixin, FreezeBaseMixin
-from .zoo_common import StatsAccumulator
+from .zoo_common import StatsAccumulator, register_scalar_parameters
 
 
 class LatentCache(DynamicCache):
@@ -145,7 +145,7 @@ class LatentDecoderLayerMixin:
         if layer_idx in {t for _, t in pairs}:
             up_gain = 0.0 if config.identity_init else config.latent_up_init_gain
             self.latent_up = LatentProjection(config.latent_dim, config.hidden_size, up_gain)
-            self.latent_gate = nn.Parameter(torch.empty(()))
+            self.latent_gate = nn.Parameter(torch.empty(1))  # (1,), not 0-d: FSDP2 shards no 0-d parameter
             self.stats = StatsAccumulator()
 
     def forward(
@@ -533,6 +533,7 @@ for _config, _base, _lm in (
     _config.register_for_auto_class()
     _base.register_for_auto_class("AutoModel")
     _lm.register_for_auto_class("AutoModelForCausalLM")
+register_scalar_parameters([Qwen3LatentConfig.model_type, LlamaLatentConfig.model_type], ["latent_gate"])
 
 __all__ = [
     "LatentCache",
