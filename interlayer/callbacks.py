@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
+import os
 
 import torch
 from transformers import Trainer, TrainerCallback
@@ -99,9 +101,13 @@ class MechanismStatsCallback(TrainerCallback):
     ranks' shares are equal.
     """
 
+    def __init__(self):
+        self.handler = None  # the Trainer's callback handler, to find its TensorBoard writer
+
     @classmethod
     def attach(cls, trainer: Trainer) -> "MechanismStatsCallback":
         callback = cls()
+        callback.handler = trainer.callback_handler
         trainer.callback_handler.callbacks.insert(0, callback)
         return callback
 
@@ -111,6 +117,41 @@ class MechanismStatsCallback(TrainerCallback):
         evaluation = any(k.startswith("eval_") for k in logs)
         stats = mean_over_ranks(_unwrap(model).mechanism_stats(reset=True, split="eval" if evaluation else "train"))
         add_to_logs(state, logs, {f"eval_{k}": v for k, v in stats.items()} if evaluation else stats)
+        if evaluation and stats and state.is_world_process_zero:
+            self.log_pictures(_unwrap(model), stats, state.global_step)
+
+    def tensorboard_writer(self):
+        """The writer of the Trainer's TensorBoard integration (`report_to` includes "tensorboard", tensorboard
+        installed, training started), or None."""
+        for callback in self.handler.callbacks if self.handler is not None else ():
+            if getattr(callback, "tb_writer", None) is not None:
+                return callback.tb_writer
+        return None
+
+    def log_pictures(self, model, stats: dict, step: int) -> list[str]:
+        """The mechanism's pictures of `interlayer inspect` (interlayer/inspect.py), drawn from the evaluation
+        statistics, as TensorBoard images `interlayer/NAME` at `step`; nothing without a TensorBoard writer or
+        without matplotlib. The attention bridges' slot-attention picture needs a source sentence: not drawn here."""
+        writer = self.tensorboard_writer()
+        if writer is None or importlib.util.find_spec("matplotlib") is None:
+            return []
+        import tempfile
+
+        from matplotlib.image import imread
+
+        from .inspect import draw_model, zoo_entry
+
+        entry = zoo_entry(model.config)
+        if entry is None or entry.mechanism == "attention-bridge":
+            return []
+        tags, stats = [], {**model.mechanism_state(), **stats}  # the evaluation's statistics and the gates now
+        with tempfile.TemporaryDirectory() as folder:
+            for path in draw_model(model, entry, stats, {}, None, folder):
+                tag = f"interlayer/{os.path.splitext(os.path.basename(path))[0]}"
+                writer.add_image(tag, imread(path)[..., :3], step, dataformats="HWC")
+                tags.append(tag)
+        writer.flush()
+        return tags
 
 
 class EarlyStopBelowCallback(TrainerCallback):
