@@ -1,7 +1,7 @@
 """`MechanismStatsCallback` sends the mechanism's pictures (those of `interlayer inspect`) to the Trainer's
-TensorBoard writer at every evaluation, and nothing when there is none. tensorboard is not installed here: a writer
-that records its calls stands in for `SummaryWriter` (the callback finds it as transformers' `TensorBoardCallback`
-keeps it, in `tb_writer`)."""
+TensorBoard writer at every evaluation, and nothing when there is none: through the real integration
+(`report_to=["tensorboard"]`, read back from the event file) when tensorboard is installed, and always through a
+writer that records its calls, kept where transformers' `TensorBoardCallback` keeps its `SummaryWriter`."""
 
 import numpy as np
 import pytest
@@ -44,7 +44,7 @@ class Rows(torch.utils.data.Dataset):
         return {k: v[i] for k, v in self.batch.items()}
 
 
-def train(tmp_path, callbacks):
+def train(tmp_path, callbacks, report_to=()):
     build_stock_llama(str(tmp_path / "stock"))
     model = interlayer.LlamaLatentForCausalLM.from_pretrained(str(tmp_path / "stock"), identity_init=False)
     args = TrainingArguments(
@@ -54,7 +54,7 @@ def train(tmp_path, callbacks):
         eval_steps=1,
         logging_steps=1,
         per_device_train_batch_size=4,
-        report_to=[],
+        report_to=list(report_to),
         use_cpu=True,
         disable_tqdm=True,
         save_strategy="no",
@@ -78,3 +78,18 @@ def test_pictures_reach_the_tensorboard_writer_at_each_evaluation(tmp_path):
 def test_no_writer_no_pictures(tmp_path):
     stats = train(tmp_path, [])
     assert stats.tensorboard_writer() is None
+
+
+def test_pictures_reach_a_real_tensorboard_event_file(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import IMAGES, EventAccumulator
+
+    train(tmp_path, [], report_to=["tensorboard"])
+    runs = [p for p in (tmp_path / "out").rglob("events.out.tfevents.*")]
+    assert runs, "no event file"
+    events = EventAccumulator(str(runs[0].parent), size_guidance={IMAGES: 0})
+    events.Reload()
+    assert "interlayer/latent" in events.Tags()["images"]
+    images = events.Images("interlayer/latent")
+    assert [i.step for i in images] == [1, 2] and all(i.width > 50 and i.height > 50 for i in images)
+    assert "eval/latent/L0/adjustment_ratio" in events.Tags()["scalars"]  # the numbers beside the pictures
