@@ -5,10 +5,12 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import os
+import re
+from collections import defaultdict
 
 import torch
 from transformers import Trainer, TrainerCallback
-from transformers.trainer_callback import ExportableState
+from transformers.trainer_callback import ExportableState, PrinterCallback, ProgressCallback
 
 
 def _unwrap(model):
@@ -105,10 +107,19 @@ class MechanismStatsCallback(TrainerCallback):
         self.handler = None  # the Trainer's callback handler, to find its TensorBoard writer
 
     @classmethod
-    def attach(cls, trainer: Trainer) -> "MechanismStatsCallback":
+    def attach(cls, trainer: Trainer, group_console: bool = True) -> "MechanismStatsCallback":
+        """Put the callback first; with `group_console`, the Trainer's console printer (`ProgressCallback`, or
+        `PrinterCallback` under `disable_tqdm`) becomes its grouped variant, which prints one summary per statistic
+        across layers (`group_statistics`); every other callback and `trainer_state.json` keep the full set."""
         callback = cls()
         callback.handler = trainer.callback_handler
         trainer.callback_handler.callbacks.insert(0, callback)
+        if group_console:
+            callbacks = trainer.callback_handler.callbacks
+            for i, printer in enumerate(callbacks):
+                grouped = {ProgressCallback: GroupedProgressCallback, PrinterCallback: GroupedPrinterCallback}
+                if type(printer) in grouped:
+                    callbacks[i] = grouped[type(printer)]()
         return callback
 
     def on_log(self, args, state, control, logs=None, model=None, **kwargs):
@@ -152,6 +163,48 @@ class MechanismStatsCallback(TrainerCallback):
                 tags.append(tag)
         writer.flush()
         return tags
+
+
+_LAYER = re.compile(r"/L\d+(?=/)")  # the layer component: "bridge/L3/alpha_attn"
+_INDEX = re.compile(r"(_\d+)+$")  # the element of a vector or matrix statistic: "hc/L1/mlp/res_1_0"
+
+
+def group_statistics(logs: dict) -> dict:
+    """`logs` for the console: the mechanism statistics (names with a `/`) that differ only by layer (`/L<i>/`) or
+    by element (`_i`, `_i_j`) become one entry, `"latent/L*/gate": "mean 0.52 [0.41, 0.63] x3"` (mean, min, max over
+    its N members); a statistic alone in its group and every other entry (loss, learning rate) stay as they are."""
+    group_of = {
+        k: _INDEX.sub("_*", _LAYER.sub("/L*", k))
+        for k, v in logs.items()
+        if "/" in k and isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
+    members = defaultdict(list)
+    for key, group in group_of.items():
+        members[group].append(key)
+    out = {}
+    for key, value in logs.items():
+        group = group_of.get(key)
+        if group is None or len(members[group]) == 1:
+            out[key] = value
+        elif key == members[group][0]:
+            values = [float(logs[m]) for m in members[group]]
+            out[group] = f"mean {sum(values) / len(values):.4g} [{min(values):.4g}, {max(values):.4g}] x{len(values)}"
+    return out
+
+
+class _GroupedConsole:
+    """Prints `group_statistics(logs)` instead of `logs`; the dict the other callbacks see is untouched."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        return super().on_log(args, state, control, logs=group_statistics(logs) if logs else logs, **kwargs)
+
+
+class GroupedProgressCallback(_GroupedConsole, ProgressCallback):
+    """transformers' `ProgressCallback` (progress bars, logs written under them), logs grouped."""
+
+
+class GroupedPrinterCallback(_GroupedConsole, PrinterCallback):
+    """transformers' `PrinterCallback` (the printer when `disable_tqdm`), logs grouped."""
 
 
 class EarlyStopBelowCallback(TrainerCallback):

@@ -1,4 +1,5 @@
-"""`MechanismStatsCallback` sends the mechanism's pictures (those of `interlayer inspect`) to the Trainer's
+"""`MechanismStatsCallback` prints a grouped summary of the per-layer statistics to the console while the logs keep
+them all; and it sends the mechanism's pictures (those of `interlayer inspect`) to the Trainer's
 TensorBoard writer at every evaluation, and nothing when there is none: through the real integration
 (`report_to=["tensorboard"]`, read back from the event file) when tensorboard is installed, and always through a
 writer that records its calls, kept where transformers' `TensorBoardCallback` keeps its `SummaryWriter`."""
@@ -11,7 +12,7 @@ from hc_fixtures import build_stock_llama
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
 import interlayer
-from interlayer.callbacks import MechanismStatsCallback
+from interlayer.callbacks import MechanismStatsCallback, group_statistics
 
 pytest.importorskip("matplotlib")
 
@@ -44,9 +45,11 @@ class Rows(torch.utils.data.Dataset):
         return {k: v[i] for k, v in self.batch.items()}
 
 
-def train(tmp_path, callbacks, report_to=()):
+def train(tmp_path, callbacks, report_to=(), group_console=True):
     build_stock_llama(str(tmp_path / "stock"))
-    model = interlayer.LlamaLatentForCausalLM.from_pretrained(str(tmp_path / "stock"), identity_init=False)
+    model = interlayer.LlamaLatentForCausalLM.from_pretrained(
+        str(tmp_path / "stock"), identity_init=False, latent_source_layers=[1, 2]
+    )
     args = TrainingArguments(
         output_dir=str(tmp_path / "out"),
         max_steps=2,
@@ -60,9 +63,9 @@ def train(tmp_path, callbacks, report_to=()):
         save_strategy="no",
     )
     trainer = Trainer(model=model, args=args, train_dataset=Rows(), eval_dataset=Rows(), callbacks=callbacks)
-    stats = MechanismStatsCallback.attach(trainer)
+    stats = MechanismStatsCallback.attach(trainer, group_console=group_console)
     trainer.train()
-    return stats
+    return stats, trainer
 
 
 def test_pictures_reach_the_tensorboard_writer_at_each_evaluation(tmp_path):
@@ -76,7 +79,7 @@ def test_pictures_reach_the_tensorboard_writer_at_each_evaluation(tmp_path):
 
 
 def test_no_writer_no_pictures(tmp_path):
-    stats = train(tmp_path, [])
+    stats, _ = train(tmp_path, [])
     assert stats.tensorboard_writer() is None
 
 
@@ -93,3 +96,35 @@ def test_pictures_reach_a_real_tensorboard_event_file(tmp_path):
     images = events.Images("interlayer/latent")
     assert [i.step for i in images] == [1, 2] and all(i.width > 50 and i.height > 50 for i in images)
     assert "eval/latent/L0/adjustment_ratio" in events.Tags()["scalars"]  # the numbers beside the pictures
+
+
+def test_group_statistics_summarises_layers_and_elements_and_keeps_the_rest():
+    logs = {
+        "loss": 2.5,
+        "latent/L0/gate": 0.25,
+        "latent/L2/gate": 0.75,
+        "eval_hc/L1/mlp/res_0_1": 1.0,
+        "eval_hc/L1/mlp/res_1_0": 3.0,
+        "sentinel/heads_active": 12.0,
+        "epoch": 1.0,
+    }
+    assert group_statistics(logs) == {
+        "loss": 2.5,
+        "latent/L*/gate": "mean 0.5 [0.25, 0.75] x2",
+        "eval_hc/L*/mlp/res_*": "mean 2 [1, 3] x2",
+        "sentinel/heads_active": 12.0,
+        "epoch": 1.0,
+    }
+
+
+@pytest.mark.parametrize("group_console", [True, False])
+def test_console_prints_groups_while_the_logs_keep_every_statistic(tmp_path, capsys, group_console):
+    """A 3-layer latent model with sources at layers 1 and 2 (targets 0 and 1): the printer (`disable_tqdm`:
+    `PrinterCallback`) shows `latent/L*/...` groups, `trainer_state`'s log history every per-layer value; without
+    grouping, every value is printed."""
+    _, trainer = train(tmp_path, [], group_console=group_console)
+    printed = capsys.readouterr().out
+    rows = [row for row in trainer.state.log_history if "loss" in row]
+    assert rows and all({"latent/L0/gate", "latent/L1/gate"} <= row.keys() for row in rows)
+    assert ("'latent/L*/gate': 'mean " in printed) == group_console
+    assert ("'latent/L0/gate'" in printed) != group_console
