@@ -11,6 +11,9 @@ from collections import defaultdict
 import torch
 from transformers import Trainer, TrainerCallback
 from transformers.trainer_callback import ExportableState, PrinterCallback, ProgressCallback
+from transformers.utils import logging
+
+logger = logging.get_logger(__name__)
 
 
 def _unwrap(model):
@@ -128,7 +131,7 @@ class MechanismStatsCallback(TrainerCallback):
         evaluation = any(k.startswith("eval_") for k in logs)
         stats = mean_over_ranks(_unwrap(model).mechanism_stats(reset=True, split="eval" if evaluation else "train"))
         add_to_logs(state, logs, {f"eval_{k}": v for k, v in stats.items()} if evaluation else stats)
-        if evaluation and stats and state.is_world_process_zero:
+        if evaluation and state.is_world_process_zero:
             self.log_pictures(_unwrap(model), stats, state.global_step)
 
     def tensorboard_writer(self):
@@ -157,7 +160,12 @@ class MechanismStatsCallback(TrainerCallback):
             return []
         tags, stats = [], {**model.mechanism_state(), **stats}  # the evaluation's statistics and the gates now
         with tempfile.TemporaryDirectory() as folder:
-            for path in draw_model(model, entry, stats, {}, None, folder):
+            try:
+                paths = draw_model(model, entry, stats, {}, None, folder)
+            except ValueError as err:  # a statistic the picture needs is missing: say so, never stop training
+                logger.warning(f"MechanismStatsCallback: no TensorBoard pictures at step {step}: {err}")
+                return []
+            for path in paths:
                 tag = f"interlayer/{os.path.splitext(os.path.basename(path))[0]}"
                 writer.add_image(tag, imread(path)[..., :3], step, dataformats="HWC")
                 tags.append(tag)

@@ -6,12 +6,9 @@ writer that records its calls, kept where transformers' `TensorBoardCallback` ke
 
 import numpy as np
 import pytest
-import torch
-from gpt2_fixtures import lm_batch, lm_labels
-from hc_fixtures import build_stock_llama
+from multiprocess_train import CASES, Rows
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
-import interlayer
 from interlayer.callbacks import MechanismStatsCallback, group_statistics
 
 pytest.importorskip("matplotlib")
@@ -33,46 +30,48 @@ class FakeTensorBoard(TrainerCallback):
         self.tb_writer = RecordingWriter()
 
 
-class Rows(torch.utils.data.Dataset):
-    def __init__(self):
-        self.batch = lm_batch((12, 9, 5, 12))
-        self.batch["labels"] = lm_labels(self.batch)
-
-    def __len__(self):
-        return 4
-
-    def __getitem__(self, i):
-        return {k: v[i] for k, v in self.batch.items()}
-
-
-def train(tmp_path, callbacks, report_to=(), group_console=True):
-    build_stock_llama(str(tmp_path / "stock"))
-    model = interlayer.LlamaLatentForCausalLM.from_pretrained(
-        str(tmp_path / "stock"), identity_init=False, latent_source_layers=[1, 2]
-    )
+def train(tmp_path, callbacks, report_to=(), group_console=True, case="llama_latent"):
+    """Two steps of the stock Trainer on a case of `multiprocess_train` (8 examples, mechanism active), evaluating
+    after each."""
+    build, model_class, options, rows, _ = CASES[case]
+    build(str(tmp_path / "stock"))
+    model = model_class.from_pretrained(str(tmp_path / "stock"), **options)
     args = TrainingArguments(
         output_dir=str(tmp_path / "out"),
         max_steps=2,
         eval_strategy="steps",
         eval_steps=1,
         logging_steps=1,
-        per_device_train_batch_size=4,
+        per_device_train_batch_size=8,
+        per_device_eval_batch_size=8,
         report_to=list(report_to),
         use_cpu=True,
         disable_tqdm=True,
         save_strategy="no",
     )
-    trainer = Trainer(model=model, args=args, train_dataset=Rows(), eval_dataset=Rows(), callbacks=callbacks)
+    data = Rows(rows())
+    trainer = Trainer(model=model, args=args, train_dataset=data, eval_dataset=data, callbacks=callbacks)
     stats = MechanismStatsCallback.attach(trainer, group_console=group_console)
     trainer.train()
     return stats, trainer
 
 
-def test_pictures_reach_the_tensorboard_writer_at_each_evaluation(tmp_path):
+PICTURES = {
+    "llama_latent": ["latent"],
+    "qwen3_mhc": ["hc_res", "hc_composite_gain", "hc_pre_post"],
+    "roberta_bridge": ["bridge_routing", "bridge_gates"],
+    "gated_gpt2": ["sentinel_gates"],
+    "marian_bridge": [],  # the slot picture needs a source sentence: interlayer inspect draws it
+}
+
+
+@pytest.mark.parametrize("case", PICTURES)
+def test_pictures_reach_the_tensorboard_writer_at_each_evaluation(tmp_path, case):
     board = FakeTensorBoard()
-    train(tmp_path, [board])
+    train(tmp_path, [board], case=case)
     images = board.tb_writer.images
-    assert [(tag, step) for tag, _, step, _ in images] == [("interlayer/latent", 1), ("interlayer/latent", 2)]
+    expected = [(f"interlayer/{name}", step) for step in (1, 2) for name in PICTURES[case]]
+    assert [(tag, step) for tag, _, step, _ in images] == expected
     for _, image, _, layout in images:
         assert layout == "HWC" and image.ndim == 3 and image.shape[2] == 3 and image.shape[0] > 50
         assert image.std() > 0  # a drawing, not a blank canvas
