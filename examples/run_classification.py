@@ -178,6 +178,7 @@ def main():
     model.card_data = {"metrics": {"accuracy": summary["final_eval_accuracy"] or 0.0}}
     if trainer.is_world_process_zero():  # an interrupted save keeps the model already in the folder
         save_atomically(model, training_args.output_dir, overwrite=True, tokenizer=tokenizer, keep=is_trainer_output)
+    trainer.accelerator.wait_for_everyone()  # no rank writes into the folder while rank 0 swaps it
     with open(os.path.join(training_args.output_dir, "results.json"), "w") as f:
         json.dump(summary, f, indent=2)
     print(json.dumps(summary))

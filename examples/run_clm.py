@@ -223,6 +223,7 @@ def main():
         model.card_data = {"metrics": {"eval_loss": metrics["eval_loss"], "perplexity": summary["perplexity"]}}
     if trainer.is_world_process_zero():  # an interrupted save keeps the model already in the folder
         save_atomically(model, training_args.output_dir, overwrite=True, tokenizer=tokenizer, keep=is_trainer_output)
+    trainer.accelerator.wait_for_everyone()  # no rank writes into the folder while rank 0 swaps it
     trainer.save_state()
     with open(os.path.join(training_args.output_dir, "results.json"), "w") as f:
         json.dump(summary, f, indent=2)
