@@ -33,7 +33,7 @@ from transformers import (
 from interlayer.callbacks import EarlyStopBelowCallback
 from interlayer.cli import parse_option
 from interlayer.training import classification_trainer
-from interlayer.zoo import convert
+from interlayer.zoo import convert, is_trainer_output, save_atomically
 
 logger = logging.getLogger(__name__)
 
@@ -176,8 +176,9 @@ def main():
         "epochs_run": trainer.state.epoch,
     }
     model.card_data = {"metrics": {"accuracy": summary["final_eval_accuracy"] or 0.0}}
-    trainer.save_model(training_args.output_dir)
-    tokenizer.save_pretrained(training_args.output_dir)
+    if trainer.is_world_process_zero():  # an interrupted save keeps the model already in the folder
+        save_atomically(model, training_args.output_dir, overwrite=True, tokenizer=tokenizer, keep=is_trainer_output)
+    trainer.accelerator.wait_for_everyone()  # no rank writes into the folder while rank 0 swaps it
     with open(os.path.join(training_args.output_dir, "results.json"), "w") as f:
         json.dump(summary, f, indent=2)
     print(json.dumps(summary))

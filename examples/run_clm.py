@@ -45,7 +45,7 @@ from transformers import (
 
 from interlayer.callbacks import MechanismStatsCallback
 from interlayer.cli import parse_option
-from interlayer.zoo import convert
+from interlayer.zoo import convert, is_trainer_output, save_atomically
 
 logger = logging.getLogger(__name__)
 
@@ -221,9 +221,10 @@ def main():
     }
     if model_args.mechanism != "stock":
         model.card_data = {"metrics": {"eval_loss": metrics["eval_loss"], "perplexity": summary["perplexity"]}}
-    trainer.save_model(training_args.output_dir)
+    if trainer.is_world_process_zero():  # an interrupted save keeps the model already in the folder
+        save_atomically(model, training_args.output_dir, overwrite=True, tokenizer=tokenizer, keep=is_trainer_output)
+    trainer.accelerator.wait_for_everyone()  # no rank writes into the folder while rank 0 swaps it
     trainer.save_state()
-    tokenizer.save_pretrained(training_args.output_dir)
     with open(os.path.join(training_args.output_dir, "results.json"), "w") as f:
         json.dump(summary, f, indent=2)
     print(json.dumps(summary))

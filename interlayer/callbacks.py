@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
+import os
+import re
+from collections import defaultdict
 
 import torch
 from transformers import Trainer, TrainerCallback
-from transformers.trainer_callback import ExportableState
+from transformers.trainer_callback import ExportableState, PrinterCallback, ProgressCallback
+from transformers.utils import logging
+
+logger = logging.get_logger(__name__)
 
 
 def _unwrap(model):
@@ -99,10 +106,23 @@ class MechanismStatsCallback(TrainerCallback):
     ranks' shares are equal.
     """
 
+    def __init__(self):
+        self.handler = None  # the Trainer's callback handler, to find its TensorBoard writer
+
     @classmethod
-    def attach(cls, trainer: Trainer) -> "MechanismStatsCallback":
+    def attach(cls, trainer: Trainer, group_console: bool = True) -> "MechanismStatsCallback":
+        """Put the callback first; with `group_console`, the Trainer's console printer (`ProgressCallback`, or
+        `PrinterCallback` under `disable_tqdm`) becomes its grouped variant, which prints one summary per statistic
+        across layers (`group_statistics`); every other callback and `trainer_state.json` keep the full set."""
         callback = cls()
+        callback.handler = trainer.callback_handler
         trainer.callback_handler.callbacks.insert(0, callback)
+        if group_console:
+            callbacks = trainer.callback_handler.callbacks
+            for i, printer in enumerate(callbacks):
+                grouped = {ProgressCallback: GroupedProgressCallback, PrinterCallback: GroupedPrinterCallback}
+                if type(printer) in grouped:
+                    callbacks[i] = grouped[type(printer)]()
         return callback
 
     def on_log(self, args, state, control, logs=None, model=None, **kwargs):
@@ -111,6 +131,88 @@ class MechanismStatsCallback(TrainerCallback):
         evaluation = any(k.startswith("eval_") for k in logs)
         stats = mean_over_ranks(_unwrap(model).mechanism_stats(reset=True, split="eval" if evaluation else "train"))
         add_to_logs(state, logs, {f"eval_{k}": v for k, v in stats.items()} if evaluation else stats)
+        if evaluation and state.is_world_process_zero:
+            self.log_pictures(_unwrap(model), stats, state.global_step)
+
+    def tensorboard_writer(self):
+        """The writer of the Trainer's TensorBoard integration (`report_to` includes "tensorboard", tensorboard
+        installed, training started), or None."""
+        for callback in self.handler.callbacks if self.handler is not None else ():
+            if getattr(callback, "tb_writer", None) is not None:
+                return callback.tb_writer
+        return None
+
+    def log_pictures(self, model, stats: dict, step: int) -> list[str]:
+        """The mechanism's pictures of `interlayer inspect` (interlayer/inspect.py), drawn from the evaluation
+        statistics, as TensorBoard images `interlayer/NAME` at `step`; nothing without a TensorBoard writer or
+        without matplotlib. The attention bridges' slot-attention picture needs a source sentence: not drawn here."""
+        writer = self.tensorboard_writer()
+        if writer is None or importlib.util.find_spec("matplotlib") is None:
+            return []
+        import tempfile
+
+        from matplotlib.image import imread
+
+        from .inspect import draw_model, zoo_entry
+
+        entry = zoo_entry(model.config)
+        if entry is None or entry.mechanism == "attention-bridge":
+            return []
+        tags, stats = [], {**model.mechanism_state(), **stats}  # the evaluation's statistics and the gates now
+        with tempfile.TemporaryDirectory() as folder:
+            try:
+                paths = draw_model(model, entry, stats, {}, None, folder)
+            except ValueError as err:  # a statistic the picture needs is missing: say so, never stop training
+                logger.warning(f"MechanismStatsCallback: no TensorBoard pictures at step {step}: {err}")
+                return []
+            for path in paths:
+                tag = f"interlayer/{os.path.splitext(os.path.basename(path))[0]}"
+                writer.add_image(tag, imread(path)[..., :3], step, dataformats="HWC")
+                tags.append(tag)
+        writer.flush()
+        return tags
+
+
+_LAYER = re.compile(r"/L\d+(?=/)")  # the layer component: "bridge/L3/alpha_attn"
+_INDEX = re.compile(r"(_\d+)+$")  # the element of a vector or matrix statistic: "hc/L1/mlp/res_1_0"
+
+
+def group_statistics(logs: dict) -> dict:
+    """`logs` for the console: the mechanism statistics (names with a `/`) that differ only by layer (`/L<i>/`) or
+    by element (`_i`, `_i_j`) become one entry, `"latent/L*/gate": "mean 0.52 [0.41, 0.63] x3"` (mean, min, max over
+    its N members); a statistic alone in its group and every other entry (loss, learning rate) stay as they are."""
+    group_of = {
+        k: _INDEX.sub("_*", _LAYER.sub("/L*", k))
+        for k, v in logs.items()
+        if "/" in k and isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
+    members = defaultdict(list)
+    for key, group in group_of.items():
+        members[group].append(key)
+    out = {}
+    for key, value in logs.items():
+        group = group_of.get(key)
+        if group is None or len(members[group]) == 1:
+            out[key] = value
+        elif key == members[group][0]:
+            values = [float(logs[m]) for m in members[group]]
+            out[group] = f"mean {sum(values) / len(values):.4g} [{min(values):.4g}, {max(values):.4g}] x{len(values)}"
+    return out
+
+
+class _GroupedConsole:
+    """Prints `group_statistics(logs)` instead of `logs`; the dict the other callbacks see is untouched."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        return super().on_log(args, state, control, logs=group_statistics(logs) if logs else logs, **kwargs)
+
+
+class GroupedProgressCallback(_GroupedConsole, ProgressCallback):
+    """transformers' `ProgressCallback` (progress bars, logs written under them), logs grouped."""
+
+
+class GroupedPrinterCallback(_GroupedConsole, PrinterCallback):
+    """transformers' `PrinterCallback` (the printer when `disable_tqdm`), logs grouped."""
 
 
 class EarlyStopBelowCallback(TrainerCallback):

@@ -612,3 +612,52 @@ class ConformanceSuite:
             assert "model_type" in str(err)
         else:
             raise AssertionError("a checkpoint of another architecture was accepted")
+
+    # -- distributed training (FSDP) and bad token ids ---------------------------------------------------------
+
+    def test_fsdp_units_cover_every_layer_and_no_parameter_is_0d(self, tmp_path):
+        """What FSDP needs from the model class and from its base model class: every name in `_no_split_modules` is
+        a module class of the model (accelerate's FSDP plugin refuses a name it cannot find), every layer
+        (`GradientCheckpointingLayer`) lies inside a module so named (each layer becomes its own FSDP unit), and no
+        parameter is 0-d (`fully_shard` refuses them). tests/test_fsdp.py trains one class of each mechanism
+        sharded."""
+        from transformers.modeling_layers import GradientCheckpointingLayer
+
+        from interlayer.zoo import ZOO
+
+        folder, _ = self._stock(tmp_path)
+        config_class = self.case.model_class.config_class
+        base_class = next(e.model_class for e in ZOO if e.config_class is config_class and e.task == "base")
+        for model_class in (self.case.model_class, base_class):
+            model = model_class.from_pretrained(folder, **self.case.active_options)
+            names = set(model._no_split_modules or ())
+            classes = {type(m).__name__ for m in model.modules()}
+            assert names and names <= classes, f"_no_split_modules {sorted(names - classes)} not in {model_class}"
+            units = [n for n, m in model.named_modules() if type(m).__name__ in names]
+            layers = [n for n, m in model.named_modules() if isinstance(m, GradientCheckpointingLayer)]
+            assert layers, f"no layer found in {model_class}"
+            for layer in layers:
+                assert any(layer == u or layer.startswith(u + ".") for u in units), f"{layer}: in no no-split module"
+            scalars = [n for n, p in model.named_parameters() if p.ndim == 0]
+            assert not scalars, f"{model_class.__name__}: 0-d parameters (FSDP2 refuses them): {scalars}"
+
+    def test_token_ids_beyond_the_vocabulary_are_refused_as_by_stock(self, tmp_path):
+        """An input id >= the vocabulary size raises in the stock class (the embedding's IndexError); the zoo class
+        raises the same error type, or a ValueError naming `input_ids`, never computes an output."""
+        folder, stock = self._stock(tmp_path)
+        model = self._zoo(folder, **self.case.active_options)
+        batch = self.case.make_batch()
+        batch["input_ids"] = batch["input_ids"].clone()
+        batch["input_ids"][0, 0] = stock.config.vocab_size
+        with torch.no_grad():
+            with pytest.raises(Exception) as stock_error:
+                stock(**batch)
+            try:
+                model(**batch)
+            except ValueError as err:
+                if not isinstance(err, stock_error.type):
+                    assert "input_ids" in str(err), err
+            except stock_error.type:
+                pass
+            else:
+                raise AssertionError(f"input id {stock.config.vocab_size} (vocabulary size) was accepted")

@@ -287,8 +287,18 @@ def prepare_output_dir(output_dir: str, overwrite: bool) -> None:
         raise FileExistsError(f"{output_dir} exists and is not a folder.")
 
 
+def is_trainer_output(name: str) -> bool:
+    """What a `Trainer` writes into its `output_dir` besides the final model: `keep` for `save_atomically` when the
+    final model goes into the Trainer's own folder."""
+    return (
+        name.startswith("checkpoint-")
+        or name in ("runs", "trainer_state.json", "training_args.bin")
+        or (name.endswith("results.json"))
+    )
+
+
 def save_atomically(
-    model, output_dir: str, tokenizer_source: str | None = None, overwrite: bool = False, tokenizer=None
+    model, output_dir: str, tokenizer_source: str | None = None, overwrite: bool = False, tokenizer=None, keep=None
 ) -> str:
     """`save_pretrained` into a hidden folder beside `output_dir`, then swap it into place, so that an interrupted
     save never leaves a half-written model or loses the one already there, and an existing folder is only replaced
@@ -299,23 +309,35 @@ def save_atomically(
     them puts the old folder back at once; a process killed between them leaves it parked, and the next
     `save_atomically` (or `recover_interrupted_save`) into the same folder puts it back before anything else. A
     parked folder that cannot be removed after a successful swap is reported as a warning, not an error: the new
-    model is saved."""
+    model is saved. `keep(name) -> bool` names entries of the existing folder that are not the model (a Trainer's
+    `checkpoint-*` folders, `trainer_state.json`): they are moved into the new folder before the swap, so they
+    survive it (an exception moves them back; a process killed after moving them leaves them in the staging
+    folder, which the next save into `output_dir` removes)."""
     output_dir = os.path.abspath(output_dir)
     prepare_output_dir(output_dir, overwrite)
     os.makedirs(os.path.dirname(output_dir), exist_ok=True)
     new, old = staging_folders(output_dir)
+    kept = []
     try:
         model.save_pretrained(new)
         if tokenizer is not None:
             tokenizer.save_pretrained(new)
         elif tokenizer_source is not None:
             save_tokenizer(tokenizer_source, new)
+        if keep is not None and os.path.isdir(output_dir):
+            for name in sorted(os.listdir(output_dir)):
+                if keep(name) and not os.path.exists(os.path.join(new, name)):
+                    os.replace(os.path.join(output_dir, name), os.path.join(new, name))
+                    kept.append(name)
         if os.path.exists(output_dir):
             os.replace(output_dir, old)
         os.replace(new, output_dir)
     except BaseException:
         if os.path.isdir(old) and not os.path.exists(output_dir):
             os.replace(old, output_dir)
+        if os.path.isdir(new):  # the swap did not happen: what was kept goes back
+            for name in kept:
+                os.replace(os.path.join(new, name), os.path.join(output_dir, name))
         raise
     finally:
         shutil.rmtree(new, ignore_errors=True)

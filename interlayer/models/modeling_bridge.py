@@ -90,7 +90,7 @@ from .configuration_bridge import (
     RobertaBridgeConfig,
     XLMRobertaBridgeConfig,
 )
-from .zoo_common import StatsAccumulator, ZooModelMixin, register_for_auto_classes
+from .zoo_common import StatsAccumulator, ZooModelMixin, register_for_auto_classes, register_scalar_parameters
 
 
 def pool_tokens(hidden: torch.Tensor, token_mask: torch.Tensor, mode: str) -> torch.Tensor:
@@ -194,7 +194,7 @@ class HDIMMessage(nn.Module):
             )
         elif self.scorer_kind == "bilinear":
             self.scorer = nn.Linear(dim, dim, bias=False)
-        self.token_temp = nn.Parameter(torch.empty(())) if config.hdim_token_temp is not None else None
+        self.token_temp = nn.Parameter(torch.empty(1)) if config.hdim_token_temp is not None else None
         self.fusion = config.hdim_value_fusion
         width = {"concat_only": 2, "concat_hadam": 3, "concat_diff_hadam": 4}[self.fusion]
         value_hidden = config.hdim_value_hidden or 2 * max(128, hidden // 2)
@@ -306,8 +306,9 @@ class BridgeBlock(nn.Module):
         head_dim = config.hidden_size // config.num_attention_heads
         self.value_proj = nn.Linear(head_dim, head_dim) if (self.use_qkv and config.qkv_value_proj) else None
         self.hdim = HDIMMessage(config) if self.use_hdim else None
-        self.alpha_attn = nn.Parameter(torch.empty(())) if self.use_qkv else None
-        self.alpha_hdim = nn.Parameter(torch.empty(())) if self.use_hdim else None
+        # gates and temperatures are (1,), not 0-d: FSDP2 shards no 0-d parameter (see register_scalar_parameters)
+        self.alpha_attn = nn.Parameter(torch.empty(1)) if self.use_qkv else None
+        self.alpha_hdim = nn.Parameter(torch.empty(1)) if self.use_hdim else None
         self.softplus_gates = config.gate_activation == "softplus"
         self.post_norm = config.gate_placement == "post_norm"
         self.route_pre_norm = config.route_placement == "pre_norm"
@@ -338,6 +339,7 @@ class BridgeBlock(nn.Module):
         init.zeros_(self.proj.bias)
 
     def gate(self, raw: torch.Tensor) -> torch.Tensor:
+        raw = raw.reshape(())  # the (1,) parameter as the scalar it is
         return F.softplus(raw) if self.softplus_gates else raw
 
     def _qkv_message(self, projections, hidden, sources, source_kv, key_mask):
@@ -914,6 +916,12 @@ class BridgeTaskMixin(BridgePreTrainedMixin):
     base_class: type[nn.Module]
     output_class: type[ModelOutput]
 
+    def __init_subclass__(cls, **kwargs):
+        """A task class splits FSDP units as its bridged base model does (not as the stock class it extends)."""
+        super().__init_subclass__(**kwargs)
+        if "base_class" in cls.__dict__:
+            cls._no_split_modules = cls.base_class._no_split_modules
+
     def __init__(self, config):
         PreTrainedModel.__init__(self, config)
         self.num_labels = config.num_labels
@@ -1286,6 +1294,10 @@ for _config, _base, _sequence, _token in FAMILIES.values():
         AutoModelForSequenceClassification=_sequence,
         AutoModelForTokenClassification=_token,
     )
+# checkpoints saved with 0-d gates exist only for the families of that time
+register_scalar_parameters(
+    [RobertaBridgeConfig.model_type, BertBridgeConfig.model_type], ["alpha_attn", "alpha_hdim", "token_temp"]
+)
 
 __all__ = [
     "FAMILIES",

@@ -45,7 +45,7 @@ from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_latent import LlamaLatentConfig, Qwen3LatentConfig
 from .decoder_common import CausalLMMixin, DecoderStackMixin, FreezeBaseMixin
-from .zoo_common import StatsAccumulator, register_for_auto_classes
+from .zoo_common import StatsAccumulator, register_for_auto_classes, register_scalar_parameters
 
 
 class LatentCache(DynamicCache):
@@ -145,7 +145,7 @@ class LatentDecoderLayerMixin:
         if layer_idx in {t for _, t in pairs}:
             up_gain = 0.0 if config.identity_init else config.latent_up_init_gain
             self.latent_up = LatentProjection(config.latent_dim, config.hidden_size, up_gain)
-            self.latent_gate = nn.Parameter(torch.empty(()))
+            self.latent_gate = nn.Parameter(torch.empty(1))  # (1,), not 0-d: FSDP2 shards no 0-d parameter
             self.stats = StatsAccumulator()
 
     def forward(
@@ -528,6 +528,8 @@ class LlamaLatentForCausalLM(LatentForCausalLMMixin, LlamaForCausalLM, Generatio
 
 register_for_auto_classes(Qwen3LatentConfig, AutoModel=Qwen3LatentModel, AutoModelForCausalLM=Qwen3LatentForCausalLM)
 register_for_auto_classes(LlamaLatentConfig, AutoModel=LlamaLatentModel, AutoModelForCausalLM=LlamaLatentForCausalLM)
+# checkpoints saved with a 0-d `latent_gate` exist only for the families of that time
+register_scalar_parameters([Qwen3LatentConfig.model_type, LlamaLatentConfig.model_type], ["latent_gate"])
 
 __all__ = [
     "LatentCache",

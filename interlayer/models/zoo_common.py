@@ -22,6 +22,8 @@ import transformers
 from huggingface_hub.dataclasses import strict
 from huggingface_hub.errors import StrictDataclassError
 from torch import nn
+from transformers.conversion_mapping import register_checkpoint_conversion_mapping
+from transformers.core_model_loading import ConversionOps, WeightConverter
 from transformers.utils import logging as hf_logging
 
 logger = hf_logging.get_logger("transformers.interlayer")
@@ -595,3 +597,27 @@ def auto_class_name(model) -> str:
         if key.startswith("AutoModel"):
             return key
     return getattr(model, "_auto_class", None) or "AutoModel"
+
+
+class _ScalarAsVector(ConversionOps):
+    """Reads a gate or temperature saved as a 0-d tensor (the layout of checkpoints written before these became
+    shape `(1,)`) into its `(1,)` parameter; a `(1,)` tensor passes unchanged, and saving keeps `(1,)`."""
+
+    def convert(self, input_dict, source_patterns, target_patterns, **kwargs):
+        tensors = next(iter(input_dict.values()))
+        tensor = tensors[0] if isinstance(tensors, list) else tensors
+        return {target_patterns[0]: tensor.reshape(1)}
+
+    @property
+    def reverse_op(self):
+        return self
+
+
+def register_scalar_parameters(model_types, names) -> None:
+    """Scalar parameters are stored with shape `(1,)`, never 0-d, because FSDP2 (`fully_shard`) refuses 0-d
+    parameters. Registers, for each model type, the load-time conversion that still reads them from checkpoints
+    saved as 0-d tensors (bit-exact: a reshape)."""
+    for model_type in model_types:
+        register_checkpoint_conversion_mapping(
+            model_type, [WeightConverter(name, name, [_ScalarAsVector()]) for name in names], overwrite=True
+        )

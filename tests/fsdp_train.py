@@ -1,0 +1,191 @@
+"""Train tiny zoo models sharded with FSDP2 (`torch.distributed.fsdp.fully_shard`) and save what each rank ends with.
+
+    python tests/fsdp_train.py OUT CASE...                                               # one process, no sharding
+    python -m torch.distributed.run --nproc_per_node 2 tests/fsdp_train.py OUT CASE...   # 2 ranks, gloo, sharded
+
+In several processes every module whose class is named in the model's `_no_split_modules` is sharded with
+`fully_shard`, then the root (the recipe of the PyTorch FSDP2 tutorial, and what accelerate's FSDP plugin does with
+`fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP`). Each case trains 3 AdamW steps on the same 8 examples: batch 8 in
+one process, 4 + 4 in two (rank r takes examples 4r..4r+3). FSDP2 averages the gradients over the ranks, so the
+per-rank losses must be means over equally many items: the language-model batches are unpadded (every rank has the
+same token count) and the classification and translation losses are means over equally many examples or target
+tokens. Dropout is off. Each rank writes `OUT/CASE/rank{RANK}.pt`: the losses (averaged over the ranks), the full
+state dict (gathered from the shards) and which modules were sharded.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from bridge_fixtures import ROBERTA_ACTIVE, build_stock_roberta, pair_batch  # noqa: E402
+from gpt2_fixtures import build_stock_gpt2, lm_batch  # noqa: E402
+from hc_fixtures import build_stock_llama  # noqa: E402
+from marian_fixtures import TINY_BRIDGE, build_stock_marian, source_batch, target_labels  # noqa: E402
+from multiprocess_train import GATED, NO_DROPOUT  # noqa: E402
+
+import interlayer  # noqa: E402
+
+EXAMPLES = 8
+STEPS = 3
+
+
+def lm_rows():
+    batch = lm_batch((12,) * EXAMPLES)
+    batch["labels"] = batch["input_ids"].clone()
+    return batch
+
+
+def pair_rows():
+    batch = pair_batch("roberta", ((6, 5), (4, 3), (2, 2), (5, 6), (3, 3), (6, 4), (2, 5), (4, 4)))
+    batch["labels"] = torch.arange(EXAMPLES) % 3
+    return batch
+
+
+def seq2seq_rows():
+    batch = source_batch((12, 9, 5, 12, 7, 11, 3, 10))
+    batch["labels"] = target_labels(batch)
+    return batch
+
+
+def latent_units(model):
+    """The model's stock pass calls each source layer's `latent_down` outside that layer's forward."""
+    return [(layer.latent_down, ()) for layer in model.model.layers if layer.latent_down is not None]
+
+
+def bridge_units(model):
+    """The encoder calls each layer's stock `key`/`value` projections on its output (the sources' keys and values,
+    `bridge_source_kv`) outside that layer's forward."""
+    attentions = [layer.attention.self for layer in model.roberta.encoder.layer]
+    return [(m, ()) for a in attentions for m in (a.key, a.value)]
+
+
+def gated_units(model):
+    """The loss reads every layer's gates (`gates()`, the gate L1 term) outside the layers' forwards."""
+    return [(attn, ("gates",)) for attn in model.gated_attentions]
+
+
+# name: (stock builder, zoo class, options, rows, extra units); one model class of each mechanism. Extra units:
+# `(module, methods)` for the modules a mechanism calls outside the forward of the layer that holds them; each
+# becomes its own FSDP unit (kept unsharded between its calls), and `methods` other than `forward` that read its
+# parameters are registered with `register_fsdp_forward_method`.
+CASES = {
+    "llama_mhc": (
+        build_stock_llama,
+        interlayer.LlamaMHCForCausalLM,
+        dict(hc_mode="dynamic", hc_init_noise=0.1, **NO_DROPOUT["decoder"]),
+        lm_rows,
+        None,
+    ),
+    "llama_latent": (
+        build_stock_llama,
+        interlayer.LlamaLatentForCausalLM,
+        dict(identity_init=False, latent_source="same_position", latent_source_layers=[1, 2], **NO_DROPOUT["decoder"]),
+        lm_rows,
+        latent_units,
+    ),
+    "roberta_bridge": (
+        build_stock_roberta,
+        interlayer.RobertaBridgeForSequenceClassification,
+        dict(ROBERTA_ACTIVE, hdim_token_temp=1.0, bridge_dropout=0.0, **NO_DROPOUT["encoder"]),
+        pair_rows,
+        bridge_units,
+    ),
+    "gated_gpt2": (build_stock_gpt2, interlayer.GatedGPT2LMHeadModel, GATED, lm_rows, gated_units),
+    "marian_bridge": (
+        build_stock_marian,
+        interlayer.MarianBridgeForConditionalGeneration,
+        dict(bridge_layers=["transformer", "perceiver"], **TINY_BRIDGE, **NO_DROPOUT["marian"]),
+        seq2seq_rows,
+        None,
+    ),
+}
+
+
+def shard(model, mesh, extra_units=None) -> list[str]:
+    """`fully_shard` the mechanism's extra units, then every module named in `_no_split_modules` (innermost
+    first), then the root."""
+    from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
+
+    for module, methods in extra_units(model) if extra_units else ():
+        fully_shard(module, mesh=mesh, reshard_after_forward=False)
+        for method in methods:
+            register_fsdp_forward_method(module, method)
+    names = set(model._no_split_modules)
+    units = [name for name, module in model.named_modules() if type(module).__name__ in names]
+    for name in reversed(units):
+        fully_shard(model.get_submodule(name), mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return units
+
+
+def full_state_dict(model) -> dict[str, torch.Tensor]:
+    return {
+        k: (v.full_tensor() if isinstance(v, DTensor) else v).detach().clone() for k, v in model.state_dict().items()
+    }
+
+
+def train(name: str, out: str, rank: int, world_size: int, mesh, with_extra_units: bool) -> None:
+    _, model_class, options, rows, extra_units = CASES[name]
+    torch.manual_seed(0)
+    model = model_class.from_pretrained(os.path.join(out, name, "stock"), **options)
+    units = shard(model, mesh, extra_units if with_extra_units else None) if world_size > 1 else []
+    model.train()
+    batch = rows()
+    share = EXAMPLES // world_size
+    batch = {k: v[rank * share : (rank + 1) * share] for k, v in batch.items()}
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    losses = []
+    for _ in range(STEPS):
+        loss = model(**batch).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        logged = loss.detach().clone()
+        if world_size > 1:
+            dist.all_reduce(logged)
+            logged /= world_size
+        losses.append(logged.item())
+    state = full_state_dict(model)
+    torch.save(
+        {"world_size": world_size, "losses": losses, "state_dict": state, "sharded": units},
+        os.path.join(out, name, f"rank{rank}.pt" if with_extra_units else f"plain_rank{rank}.pt"),
+    )
+
+
+def main(out: str, names: list[str]) -> None:
+    rank = int(os.environ.get("RANK", "0"))
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    torch.set_num_threads(1)
+    for name in names:
+        if rank == 0:
+            CASES[name][0](os.path.join(out, name, "stock"))
+    mesh = None
+    if world_size > 1:
+        from torch.distributed.device_mesh import init_device_mesh
+
+        dist.init_process_group("gloo")
+        dist.barrier()  # rank 0 has written the stock checkpoints
+        mesh = init_device_mesh("cpu", (world_size,))
+    for name in names:
+        train(name, out, rank, world_size, mesh, with_extra_units=True)
+        if world_size > 1 and CASES[name][4] is not None:
+            # the plain recipe, without the extra units: the error it stops with (the same on both ranks)
+            try:
+                train(name, out, rank, world_size, mesh, with_extra_units=False)
+                error = None
+            except RuntimeError as err:
+                error = str(err)
+            torch.save(error, os.path.join(out, name, f"plain_error_rank{rank}.pt"))
+    if world_size > 1:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2:])
