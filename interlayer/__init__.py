@@ -9,8 +9,26 @@ from transformers import AutoConfig
 from .models.configuration_attention_bridge import BartBridgeConfig, MarianBridgeConfig
 from .models.configuration_bridge import BRIDGE_PRESETS, BertBridgeConfig, RobertaBridgeConfig, bridge_preset
 from .models.configuration_gated_gpt2 import GatedGPT2Config
-from .models.configuration_hyper_connections import LlamaMHCConfig, Qwen3MHCConfig
-from .models.configuration_latent import LlamaLatentConfig, Qwen3LatentConfig
+from .models.configuration_hyper_connections import (
+    Gemma2MHCConfig,
+    Gemma3TextMHCConfig,
+    LlamaMHCConfig,
+    MistralMHCConfig,
+    Olmo2MHCConfig,
+    Phi3MHCConfig,
+    Qwen2MHCConfig,
+    Qwen3MHCConfig,
+)
+from .models.configuration_latent import (
+    Gemma2LatentConfig,
+    Gemma3TextLatentConfig,
+    LlamaLatentConfig,
+    MistralLatentConfig,
+    Olmo2LatentConfig,
+    Phi3LatentConfig,
+    Qwen2LatentConfig,
+    Qwen3LatentConfig,
+)
 from .models.modeling_attention_bridge import (
     BartBridgeForConditionalGeneration,
     BartBridgeModel,
@@ -24,8 +42,42 @@ from .models.modeling_bridge import (
     RobertaBridgeModel,
 )
 from .models.modeling_gated_gpt2 import GatedGPT2LMHeadModel, GatedGPT2Model
-from .models.modeling_hyper_connections import LlamaMHCForCausalLM, LlamaMHCModel, Qwen3MHCForCausalLM, Qwen3MHCModel
-from .models.modeling_latent import LlamaLatentForCausalLM, LlamaLatentModel, Qwen3LatentForCausalLM, Qwen3LatentModel
+from .models.modeling_hyper_connections import (
+    Gemma2MHCForCausalLM,
+    Gemma2MHCModel,
+    Gemma3TextMHCForCausalLM,
+    Gemma3TextMHCModel,
+    LlamaMHCForCausalLM,
+    LlamaMHCModel,
+    MistralMHCForCausalLM,
+    MistralMHCModel,
+    Olmo2MHCForCausalLM,
+    Olmo2MHCModel,
+    Phi3MHCForCausalLM,
+    Phi3MHCModel,
+    Qwen2MHCForCausalLM,
+    Qwen2MHCModel,
+    Qwen3MHCForCausalLM,
+    Qwen3MHCModel,
+)
+from .models.modeling_latent import (
+    Gemma2LatentForCausalLM,
+    Gemma2LatentModel,
+    Gemma3TextLatentForCausalLM,
+    Gemma3TextLatentModel,
+    LlamaLatentForCausalLM,
+    LlamaLatentModel,
+    MistralLatentForCausalLM,
+    MistralLatentModel,
+    Olmo2LatentForCausalLM,
+    Olmo2LatentModel,
+    Phi3LatentForCausalLM,
+    Phi3LatentModel,
+    Qwen2LatentForCausalLM,
+    Qwen2LatentModel,
+    Qwen3LatentForCausalLM,
+    Qwen3LatentModel,
+)
 from .zoo import ZOO, convert
 
 __version__ = "0.1.0"
@@ -45,6 +97,18 @@ __all__ = [
     "GatedGPT2Config",
     "GatedGPT2LMHeadModel",
     "GatedGPT2Model",
+    "Gemma2LatentConfig",
+    "Gemma2LatentForCausalLM",
+    "Gemma2LatentModel",
+    "Gemma2MHCConfig",
+    "Gemma2MHCForCausalLM",
+    "Gemma2MHCModel",
+    "Gemma3TextLatentConfig",
+    "Gemma3TextLatentForCausalLM",
+    "Gemma3TextLatentModel",
+    "Gemma3TextMHCConfig",
+    "Gemma3TextMHCForCausalLM",
+    "Gemma3TextMHCModel",
     "LlamaLatentConfig",
     "LlamaLatentForCausalLM",
     "LlamaLatentModel",
@@ -54,6 +118,30 @@ __all__ = [
     "MarianBridgeConfig",
     "MarianBridgeForConditionalGeneration",
     "MarianBridgeModel",
+    "MistralLatentConfig",
+    "MistralLatentForCausalLM",
+    "MistralLatentModel",
+    "MistralMHCConfig",
+    "MistralMHCForCausalLM",
+    "MistralMHCModel",
+    "Olmo2LatentConfig",
+    "Olmo2LatentForCausalLM",
+    "Olmo2LatentModel",
+    "Olmo2MHCConfig",
+    "Olmo2MHCForCausalLM",
+    "Olmo2MHCModel",
+    "Phi3LatentConfig",
+    "Phi3LatentForCausalLM",
+    "Phi3LatentModel",
+    "Phi3MHCConfig",
+    "Phi3MHCForCausalLM",
+    "Phi3MHCModel",
+    "Qwen2LatentConfig",
+    "Qwen2LatentForCausalLM",
+    "Qwen2LatentModel",
+    "Qwen2MHCConfig",
+    "Qwen2MHCForCausalLM",
+    "Qwen2MHCModel",
     "Qwen3LatentConfig",
     "Qwen3LatentForCausalLM",
     "Qwen3LatentModel",

@@ -18,8 +18,26 @@ from transformers import (
 from .models.configuration_attention_bridge import BartBridgeConfig, MarianBridgeConfig
 from .models.configuration_bridge import BertBridgeConfig, RobertaBridgeConfig
 from .models.configuration_gated_gpt2 import GatedGPT2Config
-from .models.configuration_hyper_connections import LlamaMHCConfig, Qwen3MHCConfig
-from .models.configuration_latent import LlamaLatentConfig, Qwen3LatentConfig
+from .models.configuration_hyper_connections import (
+    Gemma2MHCConfig,
+    Gemma3TextMHCConfig,
+    LlamaMHCConfig,
+    MistralMHCConfig,
+    Olmo2MHCConfig,
+    Phi3MHCConfig,
+    Qwen2MHCConfig,
+    Qwen3MHCConfig,
+)
+from .models.configuration_latent import (
+    Gemma2LatentConfig,
+    Gemma3TextLatentConfig,
+    LlamaLatentConfig,
+    MistralLatentConfig,
+    Olmo2LatentConfig,
+    Phi3LatentConfig,
+    Qwen2LatentConfig,
+    Qwen3LatentConfig,
+)
 from .models.modeling_attention_bridge import (
     BartBridgeForConditionalGeneration,
     BartBridgeModel,
@@ -33,8 +51,42 @@ from .models.modeling_bridge import (
     RobertaBridgeModel,
 )
 from .models.modeling_gated_gpt2 import GatedGPT2LMHeadModel, GatedGPT2Model
-from .models.modeling_hyper_connections import LlamaMHCForCausalLM, LlamaMHCModel, Qwen3MHCForCausalLM, Qwen3MHCModel
-from .models.modeling_latent import LlamaLatentForCausalLM, LlamaLatentModel, Qwen3LatentForCausalLM, Qwen3LatentModel
+from .models.modeling_hyper_connections import (
+    Gemma2MHCForCausalLM,
+    Gemma2MHCModel,
+    Gemma3TextMHCForCausalLM,
+    Gemma3TextMHCModel,
+    LlamaMHCForCausalLM,
+    LlamaMHCModel,
+    MistralMHCForCausalLM,
+    MistralMHCModel,
+    Olmo2MHCForCausalLM,
+    Olmo2MHCModel,
+    Phi3MHCForCausalLM,
+    Phi3MHCModel,
+    Qwen2MHCForCausalLM,
+    Qwen2MHCModel,
+    Qwen3MHCForCausalLM,
+    Qwen3MHCModel,
+)
+from .models.modeling_latent import (
+    Gemma2LatentForCausalLM,
+    Gemma2LatentModel,
+    Gemma3TextLatentForCausalLM,
+    Gemma3TextLatentModel,
+    LlamaLatentForCausalLM,
+    LlamaLatentModel,
+    MistralLatentForCausalLM,
+    MistralLatentModel,
+    Olmo2LatentForCausalLM,
+    Olmo2LatentModel,
+    Phi3LatentForCausalLM,
+    Phi3LatentModel,
+    Qwen2LatentForCausalLM,
+    Qwen2LatentModel,
+    Qwen3LatentForCausalLM,
+    Qwen3LatentModel,
+)
 from .models.zoo_common import check_choice, check_option_names
 
 
@@ -77,6 +129,41 @@ ZOO: tuple[ZooEntry, ...] = (
     ZooEntry("latent", "qwen3", "causal-lm", Qwen3LatentConfig, Qwen3LatentForCausalLM, AutoModelForCausalLM),
     ZooEntry("latent", "llama", "base", LlamaLatentConfig, LlamaLatentModel, AutoModel),
     ZooEntry("latent", "llama", "causal-lm", LlamaLatentConfig, LlamaLatentForCausalLM, AutoModelForCausalLM),
+    ZooEntry("hyper-connections", "qwen2", "base", Qwen2MHCConfig, Qwen2MHCModel, AutoModel),
+    ZooEntry("hyper-connections", "qwen2", "causal-lm", Qwen2MHCConfig, Qwen2MHCForCausalLM, AutoModelForCausalLM),
+    ZooEntry("hyper-connections", "mistral", "base", MistralMHCConfig, MistralMHCModel, AutoModel),
+    ZooEntry(
+        "hyper-connections", "mistral", "causal-lm", MistralMHCConfig, MistralMHCForCausalLM, AutoModelForCausalLM
+    ),
+    ZooEntry("hyper-connections", "phi3", "base", Phi3MHCConfig, Phi3MHCModel, AutoModel),
+    ZooEntry("hyper-connections", "phi3", "causal-lm", Phi3MHCConfig, Phi3MHCForCausalLM, AutoModelForCausalLM),
+    ZooEntry("hyper-connections", "olmo2", "base", Olmo2MHCConfig, Olmo2MHCModel, AutoModel),
+    ZooEntry("hyper-connections", "olmo2", "causal-lm", Olmo2MHCConfig, Olmo2MHCForCausalLM, AutoModelForCausalLM),
+    ZooEntry("hyper-connections", "gemma2", "base", Gemma2MHCConfig, Gemma2MHCModel, AutoModel),
+    ZooEntry("hyper-connections", "gemma2", "causal-lm", Gemma2MHCConfig, Gemma2MHCForCausalLM, AutoModelForCausalLM),
+    ZooEntry("hyper-connections", "gemma3_text", "base", Gemma3TextMHCConfig, Gemma3TextMHCModel, AutoModel),
+    ZooEntry(
+        "hyper-connections",
+        "gemma3_text",
+        "causal-lm",
+        Gemma3TextMHCConfig,
+        Gemma3TextMHCForCausalLM,
+        AutoModelForCausalLM,
+    ),
+    ZooEntry("latent", "qwen2", "base", Qwen2LatentConfig, Qwen2LatentModel, AutoModel),
+    ZooEntry("latent", "qwen2", "causal-lm", Qwen2LatentConfig, Qwen2LatentForCausalLM, AutoModelForCausalLM),
+    ZooEntry("latent", "mistral", "base", MistralLatentConfig, MistralLatentModel, AutoModel),
+    ZooEntry("latent", "mistral", "causal-lm", MistralLatentConfig, MistralLatentForCausalLM, AutoModelForCausalLM),
+    ZooEntry("latent", "phi3", "base", Phi3LatentConfig, Phi3LatentModel, AutoModel),
+    ZooEntry("latent", "phi3", "causal-lm", Phi3LatentConfig, Phi3LatentForCausalLM, AutoModelForCausalLM),
+    ZooEntry("latent", "olmo2", "base", Olmo2LatentConfig, Olmo2LatentModel, AutoModel),
+    ZooEntry("latent", "olmo2", "causal-lm", Olmo2LatentConfig, Olmo2LatentForCausalLM, AutoModelForCausalLM),
+    ZooEntry("latent", "gemma2", "base", Gemma2LatentConfig, Gemma2LatentModel, AutoModel),
+    ZooEntry("latent", "gemma2", "causal-lm", Gemma2LatentConfig, Gemma2LatentForCausalLM, AutoModelForCausalLM),
+    ZooEntry("latent", "gemma3_text", "base", Gemma3TextLatentConfig, Gemma3TextLatentModel, AutoModel),
+    ZooEntry(
+        "latent", "gemma3_text", "causal-lm", Gemma3TextLatentConfig, Gemma3TextLatentForCausalLM, AutoModelForCausalLM
+    ),
     ZooEntry("attention-bridge", "marian", "base", MarianBridgeConfig, MarianBridgeModel, AutoModel),
     ZooEntry(
         "attention-bridge",

@@ -25,29 +25,35 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers import initialization as init
 from transformers.cache_utils import Cache
-from transformers.generation import GenerationMixin
 from transformers.modeling_outputs import BaseModelOutputWithPast
-from transformers.models.llama.modeling_llama import (
-    LlamaAttention,
-    LlamaDecoderLayer,
-    LlamaForCausalLM,
-    LlamaModel,
-    LlamaRMSNorm,
-    LlamaRotaryEmbedding,
-)
-from transformers.models.qwen3.modeling_qwen3 import (
-    Qwen3Attention,
-    Qwen3DecoderLayer,
-    Qwen3ForCausalLM,
-    Qwen3Model,
-    Qwen3RMSNorm,
-    Qwen3RotaryEmbedding,
-)
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
-from .configuration_hyper_connections import LlamaMHCConfig, Qwen3MHCConfig
-from .decoder_common import CausalLMMixin, DecoderStackMixin, FreezeBaseMixin
+from .configuration_hyper_connections import (
+    Gemma2MHCConfig,
+    Gemma3TextMHCConfig,
+    LlamaMHCConfig,
+    MistralMHCConfig,
+    Olmo2MHCConfig,
+    Phi3MHCConfig,
+    Qwen2MHCConfig,
+    Qwen3MHCConfig,
+)
+from .decoder_common import (
+    GEMMA2,
+    GEMMA3_TEXT,
+    LLAMA,
+    MISTRAL,
+    OLMO2,
+    PHI3,
+    QWEN2,
+    QWEN3,
+    CausalLMMixin,
+    DecoderLayerRolesMixin,
+    DecoderStackMixin,
+    FreezeBaseMixin,
+    family_classes,
+)
 from .zoo_common import EVAL_PREFIX, StatsAccumulator
 
 COEFFICIENT_EPS = 1e-6
@@ -356,8 +362,9 @@ class HyperConnection(nn.Module):
         self.stats.add(f"{name}/res", res)
 
 
-class HCDecoderLayerMixin:
-    """A stock decoder layer whose two residual connections are hyper-connections (put before the stock class)."""
+class HCDecoderLayerMixin(DecoderLayerRolesMixin):
+    """A stock decoder layer whose two residual connections are hyper-connections around its family's branches
+    `F_attn` and `F_mlp` (put before the stock class)."""
 
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)
@@ -380,26 +387,18 @@ class HCDecoderLayerMixin:
         forward's stream recomputation and composite-gain tracker (`None` when not used)."""
 
         def attention(x):
-            return self.self_attn(
-                hidden_states=self.input_layernorm(x),
+            return self.attention_branch(
+                x,
                 attention_mask=attention_mask,
                 position_ids=position_ids,
                 past_key_values=past_key_values,
                 use_cache=use_cache,
                 position_embeddings=position_embeddings,
                 **kwargs,
-            )[0]
+            )
 
         streams = self.hc_attn(hidden_states, attention, hc_recompute, hc_gain)
-        return self.hc_mlp(streams, lambda x: self.mlp(self.post_attention_layernorm(x)), hc_recompute, hc_gain)
-
-
-class Qwen3MHCDecoderLayer(HCDecoderLayerMixin, Qwen3DecoderLayer):
-    pass
-
-
-class LlamaMHCDecoderLayer(HCDecoderLayerMixin, LlamaDecoderLayer):
-    pass
+        return self.hc_mlp(streams, self.mlp_branch, hc_recompute, hc_gain)
 
 
 class HCPreTrainedMixin(FreezeBaseMixin):
@@ -465,6 +464,8 @@ class HCPreTrainedMixin(FreezeBaseMixin):
 
 class HCModelMixin(HCPreTrainedMixin, DecoderStackMixin):
     """The decoder stack with K residual streams: stock embeddings, layers, rotary embedding and final norm."""
+
+    records_attentions = True
 
     def build_mechanism(self, config) -> None:
         self.hc_read_out = nn.Parameter(torch.empty(config.hc_streams))
@@ -549,7 +550,7 @@ class HCModelMixin(HCPreTrainedMixin, DecoderStackMixin):
             streams = decoder_layer(
                 streams,
                 attention_mask=masks[layer_types[i]],
-                position_embeddings=position_embeddings,
+                position_embeddings=position_embeddings[layer_types[i]],
                 position_ids=position_ids,
                 past_key_values=past_key_values,
                 use_cache=use_cache,
@@ -566,48 +567,40 @@ class HCForCausalLMMixin(HCPreTrainedMixin, CausalLMMixin):
     """The stock causal-LM head on top of the hyper-connection decoder; stock forward and `generate()`."""
 
 
-class Qwen3MHCModel(HCModelMixin, Qwen3Model):
-    config_class = Qwen3MHCConfig
-    decoder_layer_class = Qwen3MHCDecoderLayer
-    norm_class = Qwen3RMSNorm
-    rotary_class = Qwen3RotaryEmbedding
-    _no_split_modules = ["Qwen3MHCDecoderLayer"]
-    _can_record_outputs = {"attentions": Qwen3Attention}
+def _classes(family, name, config_class):
+    return family_classes(
+        family, name, config_class, HCDecoderLayerMixin, HCModelMixin, HCForCausalLMMixin, module=__name__
+    )
 
 
-class Qwen3MHCForCausalLM(HCForCausalLMMixin, Qwen3ForCausalLM, GenerationMixin):
-    config_class = Qwen3MHCConfig
-    base_class = Qwen3MHCModel
-    _no_split_modules = ["Qwen3MHCDecoderLayer"]
-
-
-class LlamaMHCModel(HCModelMixin, LlamaModel):
-    config_class = LlamaMHCConfig
-    decoder_layer_class = LlamaMHCDecoderLayer
-    norm_class = LlamaRMSNorm
-    rotary_class = LlamaRotaryEmbedding
-    _no_split_modules = ["LlamaMHCDecoderLayer"]
-    _can_record_outputs = {"attentions": LlamaAttention}
-
-
-class LlamaMHCForCausalLM(HCForCausalLMMixin, LlamaForCausalLM, GenerationMixin):
-    config_class = LlamaMHCConfig
-    base_class = LlamaMHCModel
-    _no_split_modules = ["LlamaMHCDecoderLayer"]
-
-
-for _config, _base, _lm in (
-    (Qwen3MHCConfig, Qwen3MHCModel, Qwen3MHCForCausalLM),
-    (LlamaMHCConfig, LlamaMHCModel, LlamaMHCForCausalLM),
-):
-    _config.register_for_auto_class()
-    _base.register_for_auto_class("AutoModel")
-    _lm.register_for_auto_class("AutoModelForCausalLM")
+# one line per family: the roles are declared once in decoder_common
+Qwen3MHCDecoderLayer, Qwen3MHCModel, Qwen3MHCForCausalLM = _classes(QWEN3, "Qwen3MHC", Qwen3MHCConfig)
+LlamaMHCDecoderLayer, LlamaMHCModel, LlamaMHCForCausalLM = _classes(LLAMA, "LlamaMHC", LlamaMHCConfig)
+Qwen2MHCDecoderLayer, Qwen2MHCModel, Qwen2MHCForCausalLM = _classes(QWEN2, "Qwen2MHC", Qwen2MHCConfig)
+MistralMHCDecoderLayer, MistralMHCModel, MistralMHCForCausalLM = _classes(MISTRAL, "MistralMHC", MistralMHCConfig)
+Phi3MHCDecoderLayer, Phi3MHCModel, Phi3MHCForCausalLM = _classes(PHI3, "Phi3MHC", Phi3MHCConfig)
+Olmo2MHCDecoderLayer, Olmo2MHCModel, Olmo2MHCForCausalLM = _classes(OLMO2, "Olmo2MHC", Olmo2MHCConfig)
+Gemma2MHCDecoderLayer, Gemma2MHCModel, Gemma2MHCForCausalLM = _classes(GEMMA2, "Gemma2MHC", Gemma2MHCConfig)
+Gemma3TextMHCDecoderLayer, Gemma3TextMHCModel, Gemma3TextMHCForCausalLM = _classes(
+    GEMMA3_TEXT, "Gemma3TextMHC", Gemma3TextMHCConfig
+)
 
 __all__ = [
+    "Gemma2MHCForCausalLM",
+    "Gemma2MHCModel",
+    "Gemma3TextMHCForCausalLM",
+    "Gemma3TextMHCModel",
     "HyperConnection",
     "LlamaMHCForCausalLM",
     "LlamaMHCModel",
+    "MistralMHCForCausalLM",
+    "MistralMHCModel",
+    "Olmo2MHCForCausalLM",
+    "Olmo2MHCModel",
+    "Phi3MHCForCausalLM",
+    "Phi3MHCModel",
+    "Qwen2MHCForCausalLM",
+    "Qwen2MHCModel",
     "Qwen3MHCForCausalLM",
     "Qwen3MHCModel",
     "sinkhorn_knopp",

@@ -24,27 +24,35 @@ import torch
 from torch import nn
 from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache
-from transformers.generation import GenerationMixin
 from transformers.modeling_outputs import BaseModelOutputWithPast
-from transformers.models.llama.modeling_llama import (
-    LlamaDecoderLayer,
-    LlamaForCausalLM,
-    LlamaModel,
-    LlamaRMSNorm,
-    LlamaRotaryEmbedding,
-)
-from transformers.models.qwen3.modeling_qwen3 import (
-    Qwen3DecoderLayer,
-    Qwen3ForCausalLM,
-    Qwen3Model,
-    Qwen3RMSNorm,
-    Qwen3RotaryEmbedding,
-)
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
-from .configuration_latent import LlamaLatentConfig, Qwen3LatentConfig
-from .decoder_common import CausalLMMixin, DecoderStackMixin, FreezeBaseMixin
+from .configuration_latent import (
+    Gemma2LatentConfig,
+    Gemma3TextLatentConfig,
+    LlamaLatentConfig,
+    MistralLatentConfig,
+    Olmo2LatentConfig,
+    Phi3LatentConfig,
+    Qwen2LatentConfig,
+    Qwen3LatentConfig,
+)
+from .decoder_common import (
+    GEMMA2,
+    GEMMA3_TEXT,
+    LLAMA,
+    MISTRAL,
+    OLMO2,
+    PHI3,
+    QWEN2,
+    QWEN3,
+    CausalLMMixin,
+    DecoderLayerRolesMixin,
+    DecoderStackMixin,
+    FreezeBaseMixin,
+    family_classes,
+)
 from .zoo_common import StatsAccumulator
 
 
@@ -131,9 +139,10 @@ class LatentProjection(nn.Linear):
         self.gain = gain
 
 
-class LatentDecoderLayerMixin:
+class LatentDecoderLayerMixin(DecoderLayerRolesMixin):
     """A stock decoder layer that can compress its output (`latent_down`, on a source layer) and add a gated
-    projection of a latent to its MLP output (`latent_up`, `latent_gate`, on a target layer)."""
+    projection of a latent to the output of its MLP branch `F_mlp` (`latent_up`, `latent_gate`, on a target layer):
+    `h + F_mlp(h) + sigmoid(g) * up(z)`, after the branch's post-norm and dropout in the families that have them."""
 
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)
@@ -162,12 +171,11 @@ class LatentDecoderLayerMixin:
         **kwargs,
     ) -> torch.Tensor:
         """The stock layer; with `latent` (`[rows, seq, latent_dim]`), `sigmoid(gate) * up(latent)` is added to the
-        MLP output of rows `latent_rows_from` onwards. `latent` is positional, beside `hidden_states`, because
-        reentrant gradient checkpointing passes gradients only to positional inputs: as a keyword its backward would
-        run into the (already used) graph of the stock pass that computed it."""
-        residual = hidden_states
-        hidden_states, _ = self.self_attn(
-            hidden_states=self.input_layernorm(hidden_states),
+        MLP branch's output of rows `latent_rows_from` onwards. `latent` is positional, beside `hidden_states`,
+        because reentrant gradient checkpointing passes gradients only to positional inputs: as a keyword its backward
+        would run into the (already used) graph of the stock pass that computed it."""
+        hidden_states = hidden_states + self.attention_branch(
+            hidden_states,
             attention_mask=attention_mask,
             position_ids=position_ids,
             past_key_values=past_key_values,
@@ -175,8 +183,7 @@ class LatentDecoderLayerMixin:
             position_embeddings=position_embeddings,
             **kwargs,
         )
-        hidden_states = residual + hidden_states
-        out = self.mlp(self.post_attention_layernorm(hidden_states))
+        out = self.mlp_branch(hidden_states)
         if latent is not None:
             out = self._inject(out, latent, latent_rows_from)
         return hidden_states + out
@@ -189,14 +196,6 @@ class LatentDecoderLayerMixin:
         if rows_from == 0:
             return out + adjustment
         return torch.cat((out[:rows_from], out[rows_from:] + adjustment))
-
-
-class Qwen3LatentDecoderLayer(LatentDecoderLayerMixin, Qwen3DecoderLayer):
-    pass
-
-
-class LlamaLatentDecoderLayer(LatentDecoderLayerMixin, LlamaDecoderLayer):
-    pass
 
 
 class LatentPreTrainedMixin(FreezeBaseMixin):
@@ -242,6 +241,8 @@ class LatentPreTrainedMixin(FreezeBaseMixin):
 
 class LatentModelMixin(LatentPreTrainedMixin, DecoderStackMixin):
     """The decoder stack with latent back-projection and its two passes."""
+
+    records_attentions = False  # two passes: there is no single set of attention weights
 
     def build_mechanism(self, config) -> None:
         pairs = config.latent_pairs
@@ -363,7 +364,7 @@ class _Run:
             x,
             latent,
             attention_mask=(masks or self.masks)[self.layer_types[i]],
-            position_embeddings=position_embeddings or self.position_embeddings,
+            position_embeddings=(position_embeddings or self.position_embeddings)[self.layer_types[i]],
             position_ids=self.position_ids,
             past_key_values=self.cache if cached else None,
             use_cache=self.use_cache and cached,
@@ -496,48 +497,44 @@ class LatentForCausalLMMixin(LatentPreTrainedMixin, CausalLMMixin):
     """The stock causal-LM head on a latent model; `generate()` gets a `LatentCache`."""
 
 
-class Qwen3LatentModel(LatentModelMixin, Qwen3Model):
-    config_class = Qwen3LatentConfig
-    decoder_layer_class = Qwen3LatentDecoderLayer
-    norm_class = Qwen3RMSNorm
-    rotary_class = Qwen3RotaryEmbedding
-    _no_split_modules = ["Qwen3LatentDecoderLayer"]
-    _can_record_outputs = {}
+def _classes(family, name, config_class):
+    return family_classes(
+        family, name, config_class, LatentDecoderLayerMixin, LatentModelMixin, LatentForCausalLMMixin, module=__name__
+    )
 
 
-class Qwen3LatentForCausalLM(LatentForCausalLMMixin, Qwen3ForCausalLM, GenerationMixin):
-    config_class = Qwen3LatentConfig
-    base_class = Qwen3LatentModel
-    _no_split_modules = ["Qwen3LatentDecoderLayer"]
-
-
-class LlamaLatentModel(LatentModelMixin, LlamaModel):
-    config_class = LlamaLatentConfig
-    decoder_layer_class = LlamaLatentDecoderLayer
-    norm_class = LlamaRMSNorm
-    rotary_class = LlamaRotaryEmbedding
-    _no_split_modules = ["LlamaLatentDecoderLayer"]
-    _can_record_outputs = {}
-
-
-class LlamaLatentForCausalLM(LatentForCausalLMMixin, LlamaForCausalLM, GenerationMixin):
-    config_class = LlamaLatentConfig
-    base_class = LlamaLatentModel
-    _no_split_modules = ["LlamaLatentDecoderLayer"]
-
-
-for _config, _base, _lm in (
-    (Qwen3LatentConfig, Qwen3LatentModel, Qwen3LatentForCausalLM),
-    (LlamaLatentConfig, LlamaLatentModel, LlamaLatentForCausalLM),
-):
-    _config.register_for_auto_class()
-    _base.register_for_auto_class("AutoModel")
-    _lm.register_for_auto_class("AutoModelForCausalLM")
+# one line per family: the roles are declared once in decoder_common
+Qwen3LatentDecoderLayer, Qwen3LatentModel, Qwen3LatentForCausalLM = _classes(QWEN3, "Qwen3Latent", Qwen3LatentConfig)
+LlamaLatentDecoderLayer, LlamaLatentModel, LlamaLatentForCausalLM = _classes(LLAMA, "LlamaLatent", LlamaLatentConfig)
+Qwen2LatentDecoderLayer, Qwen2LatentModel, Qwen2LatentForCausalLM = _classes(QWEN2, "Qwen2Latent", Qwen2LatentConfig)
+MistralLatentDecoderLayer, MistralLatentModel, MistralLatentForCausalLM = _classes(
+    MISTRAL, "MistralLatent", MistralLatentConfig
+)
+Phi3LatentDecoderLayer, Phi3LatentModel, Phi3LatentForCausalLM = _classes(PHI3, "Phi3Latent", Phi3LatentConfig)
+Olmo2LatentDecoderLayer, Olmo2LatentModel, Olmo2LatentForCausalLM = _classes(OLMO2, "Olmo2Latent", Olmo2LatentConfig)
+Gemma2LatentDecoderLayer, Gemma2LatentModel, Gemma2LatentForCausalLM = _classes(
+    GEMMA2, "Gemma2Latent", Gemma2LatentConfig
+)
+Gemma3TextLatentDecoderLayer, Gemma3TextLatentModel, Gemma3TextLatentForCausalLM = _classes(
+    GEMMA3_TEXT, "Gemma3TextLatent", Gemma3TextLatentConfig
+)
 
 __all__ = [
+    "Gemma2LatentForCausalLM",
+    "Gemma2LatentModel",
+    "Gemma3TextLatentForCausalLM",
+    "Gemma3TextLatentModel",
     "LatentCache",
     "LlamaLatentForCausalLM",
     "LlamaLatentModel",
+    "MistralLatentForCausalLM",
+    "MistralLatentModel",
+    "Olmo2LatentForCausalLM",
+    "Olmo2LatentModel",
+    "Phi3LatentForCausalLM",
+    "Phi3LatentModel",
+    "Qwen2LatentForCausalLM",
+    "Qwen2LatentModel",
     "Qwen3LatentForCausalLM",
     "Qwen3LatentModel",
 ]
