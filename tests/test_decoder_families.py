@@ -14,8 +14,9 @@ from hc_fixtures import (
     build_stock_phi3,
     build_stock_qwen2,
 )
+from transformers import Phi3ForCausalLM
 
-from interlayer import ZOO, Gemma2MHCForCausalLM, Gemma3TextLatentForCausalLM, convert
+from interlayer import ZOO, Gemma2MHCForCausalLM, Gemma3TextLatentForCausalLM, Phi3MHCForCausalLM, convert
 
 FAMILIES = {
     "qwen2": build_stock_qwen2,
@@ -111,3 +112,19 @@ def test_active_cached_generation_matches_recomputation(stock_folders, family, m
 def test_bidirectional_gemma_is_refused_by_family(stock_folders, model_class, family):
     with pytest.raises(ValueError, match=f"{family} family.*use_bidirectional_attention=True.*causal masks only"):
         model_class.from_pretrained(stock_folders[family][0], use_bidirectional_attention=True)
+
+
+def test_phi3_residual_dropout_is_inside_the_branches(stock_folders):
+    """In training, Phi-3's residual dropout is part of `F_attn` / `F_mlp`: at identity, with the same seed, the
+    hyper-connection model draws the stock dropout masks and gives the stock logits (another seed does not)."""
+    folder, _ = stock_folders["phi3"]
+    stock = Phi3ForCausalLM.from_pretrained(folder).train()
+    model = Phi3MHCForCausalLM.from_pretrained(folder).train()
+    batch = lm_batch()
+    with torch.no_grad():
+        torch.manual_seed(0)
+        expected = stock(**batch).logits
+        torch.manual_seed(0)
+        torch.testing.assert_close(model(**batch).logits, expected)
+        torch.manual_seed(1)
+        assert not torch.allclose(model(**batch).logits, expected, atol=1e-4)
