@@ -34,8 +34,9 @@ from .zoo_common import ZooModelMixin
 @dataclasses.dataclass(frozen=True)
 class Branch:
     """One residual branch `F(x)` of a stock decoder layer, by the layer's attribute names:
-    `F(x) = after[-1](... after[0](module(before[-1](... before[0](x)))))`; the branch's first output is kept when
-    the module returns a tuple (attention weights)."""
+    `F(x) = after[-1](... after[0](module(before[-1](... before[0](x)))))`. An attention module is called with
+    `hidden_states=` and the layer's keywords (mask, cache, positions) and its first output kept (the second is the
+    attention weights); an MLP, called with no keywords, with `x` alone."""
 
     module: str
     before: tuple[str, ...] = ()

@@ -1,7 +1,8 @@
-"""Hyper-connections (HC) and manifold-constrained hyper-connections (mHC) for Qwen3 and Llama (seed 002).
+"""Hyper-connections (HC) and manifold-constrained hyper-connections (mHC) for the decoder families of decoder_common
+(seed 002): Llama, Qwen3, Qwen2, Mistral, Phi-3, OLMo 2, Gemma 2, Gemma 3 text.
 
 The residual stream of a stock decoder becomes K full-width streams `h` of shape `[batch, seq, K, hidden]`. Around
-every attention and MLP sublayer `F` (its stock pre-norm included):
+every attention and MLP branch `F` (as the family declares it: its norms and dropout included):
 
     x  = sum_k H_pre[k] h_k                          read-in
     h' = H_res h + H_post^T F(x)                     h'_i = sum_j H_res[i, j] h_j + H_post[i] F(x)

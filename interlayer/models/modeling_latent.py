@@ -1,10 +1,11 @@
-"""Latent back-projection for Qwen3 and Llama (seed 003).
+"""Latent back-projection for the decoder families of decoder_common (seed 003): Llama, Qwen3, Qwen2, Mistral, Phi-3,
+OLMo 2, Gemma 2, Gemma 3 text.
 
 Pairs of layers `(s, t)`, by default `t = s - offset` (L5..L25 -> L0..L20 on 28 layers): source layer `s` compresses
 its output to a latent `z_s = down_s(h_s)` of `latent_dim` numbers, and target layer `t` adds it back, gated, to the
-output of its MLP (its down projection):
+output of its MLP branch (the down projection's output; after the post-norm or dropout in families that have them):
 
-    mlp_t(x) + sigmoid(g_t) * up_t(z_s)
+    F_mlp_t(x) + sigmoid(g_t) * up_t(z_s)
 
 The latents come from a first, stock pass (no latents applied, run only up to the deepest source layer and, with a
 frozen base, without building a graph); the second pass applies them. `latent_source` says which token's latents a
