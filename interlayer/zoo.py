@@ -21,6 +21,7 @@ from .models.configuration_gated_gpt2 import GatedGPT2Config
 from .models.configuration_hyper_connections import (
     Gemma2MHCConfig,
     Gemma3TextMHCConfig,
+    GPT2MHCConfig,
     LlamaMHCConfig,
     MistralMHCConfig,
     Olmo2MHCConfig,
@@ -31,6 +32,7 @@ from .models.configuration_hyper_connections import (
 from .models.configuration_latent import (
     Gemma2LatentConfig,
     Gemma3TextLatentConfig,
+    GPT2LatentConfig,
     LlamaLatentConfig,
     MistralLatentConfig,
     Olmo2LatentConfig,
@@ -56,6 +58,8 @@ from .models.modeling_hyper_connections import (
     Gemma2MHCModel,
     Gemma3TextMHCForCausalLM,
     Gemma3TextMHCModel,
+    GPT2MHCForCausalLM,
+    GPT2MHCModel,
     LlamaMHCForCausalLM,
     LlamaMHCModel,
     MistralMHCForCausalLM,
@@ -74,6 +78,8 @@ from .models.modeling_latent import (
     Gemma2LatentModel,
     Gemma3TextLatentForCausalLM,
     Gemma3TextLatentModel,
+    GPT2LatentForCausalLM,
+    GPT2LatentModel,
     LlamaLatentForCausalLM,
     LlamaLatentModel,
     MistralLatentForCausalLM,
@@ -150,6 +156,8 @@ ZOO: tuple[ZooEntry, ...] = (
         Gemma3TextMHCForCausalLM,
         AutoModelForCausalLM,
     ),
+    ZooEntry("hyper-connections", "gpt2", "base", GPT2MHCConfig, GPT2MHCModel, AutoModel),
+    ZooEntry("hyper-connections", "gpt2", "causal-lm", GPT2MHCConfig, GPT2MHCForCausalLM, AutoModelForCausalLM),
     ZooEntry("latent", "qwen2", "base", Qwen2LatentConfig, Qwen2LatentModel, AutoModel),
     ZooEntry("latent", "qwen2", "causal-lm", Qwen2LatentConfig, Qwen2LatentForCausalLM, AutoModelForCausalLM),
     ZooEntry("latent", "mistral", "base", MistralLatentConfig, MistralLatentModel, AutoModel),
@@ -164,6 +172,8 @@ ZOO: tuple[ZooEntry, ...] = (
     ZooEntry(
         "latent", "gemma3_text", "causal-lm", Gemma3TextLatentConfig, Gemma3TextLatentForCausalLM, AutoModelForCausalLM
     ),
+    ZooEntry("latent", "gpt2", "base", GPT2LatentConfig, GPT2LatentModel, AutoModel),
+    ZooEntry("latent", "gpt2", "causal-lm", GPT2LatentConfig, GPT2LatentForCausalLM, AutoModelForCausalLM),
     ZooEntry("attention-bridge", "marian", "base", MarianBridgeConfig, MarianBridgeModel, AutoModel),
     ZooEntry(
         "attention-bridge",

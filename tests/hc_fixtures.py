@@ -9,6 +9,8 @@ from transformers import (
     Gemma2ForCausalLM,
     Gemma3ForCausalLM,
     Gemma3TextConfig,
+    GPT2Config,
+    GPT2LMHeadModel,
     LlamaConfig,
     LlamaForCausalLM,
     MistralConfig,
@@ -69,6 +71,8 @@ build_stock_gemma3 = stock_builder(
     sliding_window=SHORT_WINDOW,
     layer_types=["sliding_attention", "full_attention", "sliding_attention"],
 )
+# TINY_DECODER's names map to GPT-2's n_embd, n_layer, n_head, n_positions
+build_stock_gpt2_decoder = stock_builder(GPT2Config, GPT2LMHeadModel, bos_token_id=1, eos_token_id=2)
 
 
 def save_tiny_llama_with_tokenizer(folder, text: str, layers: int = 2):

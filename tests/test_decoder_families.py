@@ -9,6 +9,7 @@ from gpt2_fixtures import lm_batch
 from hc_fixtures import (
     build_stock_gemma2,
     build_stock_gemma3,
+    build_stock_gpt2_decoder,
     build_stock_mistral,
     build_stock_olmo2,
     build_stock_phi3,
@@ -25,6 +26,7 @@ FAMILIES = {
     "olmo2": build_stock_olmo2,
     "gemma2": build_stock_gemma2,
     "gemma3_text": build_stock_gemma3,
+    "gpt2": build_stock_gpt2_decoder,
 }
 MECHANISMS = ("hyper-connections", "latent")
 # options under which the mechanism changes the function; recurrent latents are defined by their cache, so the
@@ -83,8 +85,8 @@ def generate(model, **kwargs):
 @pytest.mark.parametrize("mechanism", MECHANISMS)
 @pytest.mark.parametrize("family", FAMILIES)
 def test_identity_cached_generation_is_stock(stock_folders, family, mechanism):
-    """Left-padded greedy generation with the cache, 15 tokens past a sliding window of 5: the stock tokens and
-    logits."""
+    """Left-padded greedy generation with the cache, to 15 tokens (past the sliding window of 8 where the family has
+    one): the stock tokens and logits."""
     folder, stock = stock_folders[family]
     model = entry(mechanism, family, "causal-lm").model_class.from_pretrained(folder).eval()
     tokens, logits = generate(model)
@@ -128,3 +130,15 @@ def test_phi3_residual_dropout_is_inside_the_branches(stock_folders):
         torch.testing.assert_close(model(**batch).logits, expected)
         torch.manual_seed(1)
         assert not torch.allclose(model(**batch).logits, expected, atol=1e-4)
+
+
+def test_gpt2_inputs_the_stack_does_not_take_are_refused(stock_folders):
+    folder, _ = stock_folders["gpt2"]
+    model = entry("latent", "gpt2", "causal-lm").model_class.from_pretrained(folder).eval()
+    batch = lm_batch()
+    with torch.no_grad():
+        model(**batch, token_type_ids=None)  # the stock head passes None
+        with pytest.raises(ValueError, match="token_type_ids.*not supported by the zoo's gpt2 models"):
+            model(**batch, token_type_ids=torch.zeros_like(batch["input_ids"]))
+    with pytest.raises(ValueError, match="gpt2 family.*add_cross_attention=True.*no cross-attention"):
+        entry("hyper-connections", "gpt2", "causal-lm").model_class.from_pretrained(folder, add_cross_attention=True)

@@ -4,6 +4,7 @@ mHC (seed init, static), static and dynamic HC (with and without tanh, two strea
 from hc_fixtures import (
     build_stock_gemma2,
     build_stock_gemma3,
+    build_stock_gpt2_decoder,
     build_stock_llama,
     build_stock_mistral,
     build_stock_olmo2,
@@ -16,6 +17,7 @@ from hc_fixtures import (
 from interlayer import (
     Gemma2MHCForCausalLM,
     Gemma3TextMHCForCausalLM,
+    GPT2MHCForCausalLM,
     LlamaMHCForCausalLM,
     MistralMHCForCausalLM,
     Olmo2MHCForCausalLM,
@@ -88,3 +90,9 @@ class TestGemma3TextTwoStreamDynamicHCConformance(ConformanceSuite):
     def make_case(self):
         options = dict(hc_mode="dynamic", hc_streams=2, hc_init_noise=0.1)
         return hc_case(Gemma3TextMHCForCausalLM, build_stock_gemma3, options)
+
+
+class TestGPT2MHCConformance(ConformanceSuite):
+    def make_case(self):
+        options = dict(hc_init_noise=0.1, hc_read_in_focus=0.25)
+        return hc_case(GPT2MHCForCausalLM, build_stock_gpt2_decoder, options, lora_targets=["c_attn"])

@@ -4,6 +4,7 @@ layer pairs varied across families."""
 from hc_fixtures import (
     build_stock_gemma2,
     build_stock_gemma3,
+    build_stock_gpt2_decoder,
     build_stock_llama,
     build_stock_mistral,
     build_stock_olmo2,
@@ -16,6 +17,7 @@ from hc_fixtures import (
 from interlayer import (
     Gemma2LatentForCausalLM,
     Gemma3TextLatentForCausalLM,
+    GPT2LatentForCausalLM,
     LlamaLatentForCausalLM,
     MistralLatentForCausalLM,
     Olmo2LatentForCausalLM,
@@ -94,3 +96,9 @@ class TestGemma2SamePositionConformance(ConformanceSuite):
 class TestGemma3TextPreviousPositionConformance(ConformanceSuite):
     def make_case(self):
         return latent_case(Gemma3TextLatentForCausalLM, build_stock_gemma3, dict(identity_init=False))
+
+
+class TestGPT2RecurrentConformance(ConformanceSuite):
+    def make_case(self):
+        options = dict(identity_init=False, latent_source="recurrent", latent_dim=8)
+        return latent_case(GPT2LatentForCausalLM, build_stock_gpt2_decoder, options, lora_targets=["c_attn"])

@@ -1,5 +1,5 @@
 """Configuration of hyper-connections and manifold-constrained hyper-connections (seed 002) on the decoder families
-of decoder_common (Llama, Qwen3, Qwen2, Mistral, Phi-3, OLMo 2, Gemma 2, Gemma 3 text)."""
+of decoder_common (Llama, Qwen3, Qwen2, Mistral, Phi-3, OLMo 2, Gemma 2, Gemma 3 text, GPT-2)."""
 
 import dataclasses
 from typing import ClassVar, Literal
@@ -7,6 +7,7 @@ from typing import ClassVar, Literal
 from transformers import (
     Gemma2Config,
     Gemma3TextConfig,
+    GPT2Config,
     LlamaConfig,
     MistralConfig,
     Olmo2Config,
@@ -182,10 +183,20 @@ class Gemma3TextMHCConfig(ZooConfigMixin, Gemma3TextConfig, HyperConnectionField
     stock_model_types = ("gemma3_text",)
 
 
+@zoo_config
+class GPT2MHCConfig(ZooConfigMixin, GPT2Config, HyperConnectionFields):
+    r"""Configuration of [`GPT2MHCModel`]: every [`GPT2Config`] field plus the options of
+    [`HyperConnectionFields`]. Converts checkpoints of model_type `gpt2` (GPT-2, DistilGPT-2)."""
+
+    model_type = "gpt2_mhc"
+    stock_model_types = ("gpt2",)
+
+
 __all__ = [
     "HC_MODES",
     "Gemma2MHCConfig",
     "Gemma3TextMHCConfig",
+    "GPT2MHCConfig",
     "HyperConnectionFields",
     "LlamaMHCConfig",
     "MistralMHCConfig",

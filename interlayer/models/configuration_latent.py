@@ -1,5 +1,5 @@
 """Configuration of latent back-projection (seed 003) on the decoder families of decoder_common (Llama, Qwen3,
-Qwen2, Mistral, Phi-3, OLMo 2, Gemma 2, Gemma 3 text)."""
+Qwen2, Mistral, Phi-3, OLMo 2, Gemma 2, Gemma 3 text, GPT-2)."""
 
 import dataclasses
 from typing import ClassVar, Literal
@@ -7,6 +7,7 @@ from typing import ClassVar, Literal
 from transformers import (
     Gemma2Config,
     Gemma3TextConfig,
+    GPT2Config,
     LlamaConfig,
     MistralConfig,
     Olmo2Config,
@@ -211,10 +212,20 @@ class Gemma3TextLatentConfig(ZooConfigMixin, Gemma3TextConfig, LatentFields):
     stock_model_types = ("gemma3_text",)
 
 
+@zoo_config
+class GPT2LatentConfig(ZooConfigMixin, GPT2Config, LatentFields):
+    r"""Configuration of [`GPT2LatentModel`]: every [`GPT2Config`] field plus the options of
+    [`LatentFields`]. Converts checkpoints of model_type `gpt2` (GPT-2, DistilGPT-2)."""
+
+    model_type = "gpt2_latent"
+    stock_model_types = ("gpt2",)
+
+
 __all__ = [
     "LATENT_SOURCES",
     "Gemma2LatentConfig",
     "Gemma3TextLatentConfig",
+    "GPT2LatentConfig",
     "LatentFields",
     "LlamaLatentConfig",
     "MistralLatentConfig",

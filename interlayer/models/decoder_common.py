@@ -18,9 +18,11 @@ from torch import nn
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.generation import GenerationMixin
 from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
+from transformers.modeling_outputs import BaseModelOutputWithPast, BaseModelOutputWithPastAndCrossAttentions
 from transformers.modeling_utils import PreTrainedModel
 from transformers.models.gemma2 import modeling_gemma2 as gemma2
 from transformers.models.gemma3 import modeling_gemma3 as gemma3
+from transformers.models.gpt2 import modeling_gpt2 as gpt2
 from transformers.models.llama import modeling_llama as llama
 from transformers.models.mistral import modeling_mistral as mistral
 from transformers.models.olmo2 import modeling_olmo2 as olmo2
@@ -53,8 +55,29 @@ class Branch:
         return x
 
 
+@dataclasses.dataclass(frozen=True)
+class StackNames:
+    """The stock model's attribute names for the pieces of its stack (so stock weight names load unchanged):
+    token embedding, layers, final norm, and (GPT-2) the absolute position embedding and the embedding dropout."""
+
+    embed: str = "embed_tokens"
+    layers: str = "layers"
+    norm: str = "norm"
+    positions: str | None = None
+    dropout: str | None = None
+
+
 def plain_embedding(config, padding_idx):
     return nn.Embedding(config.vocab_size, config.hidden_size, padding_idx)
+
+
+def rms_norm(norm_class):
+    """The final RMS norm of a family, as its stock model builds it."""
+
+    def build(config):
+        return norm_class(config.hidden_size, eps=config.rms_norm_eps)
+
+    return build
 
 
 def scaled_embedding(embedding_class):
@@ -74,14 +97,20 @@ class DecoderFamily:
         model_type: the stock `model_type` (`"qwen2"`).
         layer, model, causal_lm: the stock decoder layer, base model and causal-LM classes (a zoo class subclasses
             them, so their weight names, init and generation code apply unchanged).
-        attention, norm, rotary: the stock attention module (recorded for `output_attentions`), final-norm and
-            rotary-embedding classes.
+        attention: the stock attention module (recorded for `output_attentions`).
+        final_norm: `final_norm(config)` builds the stock final norm.
+        rotary: the stock rotary-embedding class; None for absolute positions (GPT-2).
         attention_branch, mlp_branch: `F_attn`, `F_mlp` of the stock layer, norms and dropouts included.
         embedding: `embedding(config, padding_idx)` builds the stock embedding (scaled for Gemma).
+        names: the stock model's attribute names (`StackNames`); with `names.positions`, the absolute position
+            embedding is added to the token embedding and `names.dropout` applied, as GPT-2 does.
         rotary_per_layer_type: the rotary embedding takes the layer type and differs per type (Gemma 3's local and
             global bases).
         refused: `{config field: why}`: settings of the family the zoo's stack does not reproduce; a config with
             one of them set (truthy) is refused with a ValueError naming the family.
+        extra_inputs: keywords the stock base model takes that the zoo's stack does not (GPT-2's `token_type_ids`,
+            cross-attention inputs): accepted as None, refused otherwise.
+        output_class: the stock base model's output class (the stock head reads its fields).
     """
 
     model_type: str
@@ -89,13 +118,16 @@ class DecoderFamily:
     model: type
     causal_lm: type
     attention: type
-    norm: type
-    rotary: type
+    final_norm: Callable
+    rotary: type | None
     attention_branch: Branch
     mlp_branch: Branch
     embedding: Callable = plain_embedding
+    names: StackNames = StackNames()
     rotary_per_layer_type: bool = False
     refused: dict = dataclasses.field(default_factory=dict)
+    extra_inputs: tuple[str, ...] = ()
+    output_class: type = BaseModelOutputWithPast
 
     def check(self, config) -> None:
         for name, why in self.refused.items():
@@ -104,6 +136,12 @@ class DecoderFamily:
                     f"The {self.model_type} family with `{name}={getattr(config, name)!r}` is not supported by the "
                     f"zoo's decoder stack: {why}. Use `{name}=False`."
                 )
+
+    def check_inputs(self, kwargs: dict) -> None:
+        """Take the stock base model's `extra_inputs` out of a forward's keywords, refusing any that is set."""
+        for name in self.extra_inputs:
+            if kwargs.pop(name, None) is not None:
+                raise ValueError(f"`{name}` is not supported by the zoo's {self.model_type} models; leave it None.")
 
 
 # pre-norm blocks: F_attn(x) = attn(norm_1(x)), F_mlp(x) = mlp(norm_2(x))
@@ -115,8 +153,9 @@ def _family(module, prefix: str, model_type: str, **roles) -> DecoderFamily:
     """A family whose stock classes follow transformers' naming (`{prefix}DecoderLayer`, ...); pre-norm unless
     `roles` say otherwise."""
     names = {"layer": "DecoderLayer", "model": "Model", "causal_lm": "ForCausalLM", "attention": "Attention"}
-    names |= {"norm": "RMSNorm", "rotary": "RotaryEmbedding"}
     classes = {role: getattr(module, prefix + name) for role, name in names.items() if role not in roles}
+    classes |= {"final_norm": rms_norm(getattr(module, prefix + "RMSNorm"))}
+    classes |= {"rotary": getattr(module, prefix + "RotaryEmbedding")}
     branches = {"attention_branch": PRE_NORM_ATTENTION, "mlp_branch": PRE_NORM_MLP}
     return DecoderFamily(model_type=model_type, **{**classes, **branches, **roles})
 
@@ -166,6 +205,24 @@ GEMMA3_TEXT = _family(
     refused={"use_bidirectional_attention": BIDIRECTIONAL},
 )
 
+# GPT-2: pre-norm LayerNorms (ln_1, ln_2), absolute position embeddings and an embedding dropout, `transformer.h`
+GPT2 = DecoderFamily(
+    model_type="gpt2",
+    layer=gpt2.GPT2Block,
+    model=gpt2.GPT2Model,
+    causal_lm=gpt2.GPT2LMHeadModel,
+    attention=gpt2.GPT2Attention,
+    final_norm=lambda config: nn.LayerNorm(config.hidden_size, eps=config.layer_norm_epsilon),
+    rotary=None,
+    attention_branch=Branch("attn", before=("ln_1",)),
+    mlp_branch=Branch("mlp", before=("ln_2",)),
+    embedding=lambda config, padding_idx: nn.Embedding(config.vocab_size, config.hidden_size),
+    names=StackNames(embed="wte", layers="h", norm="ln_f", positions="wpe", dropout="drop"),
+    refused={"add_cross_attention": "it has no cross-attention"},
+    extra_inputs=("token_type_ids", "encoder_hidden_states", "encoder_attention_mask"),
+    output_class=BaseModelOutputWithPastAndCrossAttentions,
+)
+
 
 class FreezeBaseMixin(ZooModelMixin):
     """`config.freeze_base`: only the mechanism's parameters (`mechanism_param_markers`) require gradients, also
@@ -211,21 +268,33 @@ class DecoderStackMixin(FreezeBaseMixin):
     decoder_layer_class: type
 
     def __init__(self, config):
-        family = self.family
+        family, names = self.family, self.family.names
         family.check(config)
         PreTrainedModel.__init__(self, config)
         self.padding_idx = config.pad_token_id
         self.vocab_size = config.vocab_size
-        self.embed_tokens = family.embedding(config, self.padding_idx)
-        self.layers = nn.ModuleList(
-            [self.decoder_layer_class(config, layer_idx) for layer_idx in range(config.num_hidden_layers)]
-        )
-        self.norm = family.norm(config.hidden_size, eps=config.rms_norm_eps)
-        self.rotary_emb = family.rotary(config=config)
+        setattr(self, names.embed, family.embedding(config, self.padding_idx))
+        if names.positions is not None:
+            setattr(self, names.positions, nn.Embedding(config.max_position_embeddings, config.hidden_size))
+            setattr(self, names.dropout, nn.Dropout(config.embd_pdrop))
+        layers = [self.decoder_layer_class(config, layer_idx) for layer_idx in range(config.num_hidden_layers)]
+        setattr(self, names.layers, nn.ModuleList(layers))
+        setattr(self, names.norm, family.final_norm(config))
+        if family.rotary is not None:
+            self.rotary_emb = family.rotary(config=config)
         self.gradient_checkpointing = False
         self.build_mechanism(config)
         self.post_init()
         self.apply_freeze_base()
+
+    @property
+    def stack_layers(self) -> nn.ModuleList:
+        """The decoder layers (`layers`, GPT-2's `h`)."""
+        return getattr(self, self.family.names.layers)
+
+    def final_norm(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """The stock final norm (`norm`, GPT-2's `ln_f`)."""
+        return getattr(self, self.family.names.norm)(hidden_states)
 
     def build_mechanism(self, config) -> None:
         """Create the model-level parameters of the mechanism (before `post_init` initialises them)."""
@@ -237,15 +306,20 @@ class DecoderStackMixin(FreezeBaseMixin):
     def check_cache(self, cache: Cache) -> None:
         """Refuse a cache this model cannot use (a mechanism overrides it)."""
 
-    def prepare_inputs(self, input_ids, inputs_embeds, attention_mask, position_ids, past_key_values, use_cache):
+    def prepare_inputs(
+        self, input_ids, inputs_embeds, attention_mask, position_ids, past_key_values, use_cache, kwargs
+    ):
         """The stock forward's preamble: embeddings, the cache, position ids, the mask and the rotary position
-        embeddings of each layer type, as `(inputs_embeds, past_key_values, position_ids, masks,
+        embeddings of each layer type, as `(hidden_states, past_key_values, position_ids, masks,
         position_embeddings)`; layer `i` takes `masks[t]` and `position_embeddings[t]` for its type
-        `t = layer_types[i]`."""
+        `t = layer_types[i]`. `hidden_states` is what the first layer reads: the embeddings, plus the absolute
+        position embeddings and the embedding dropout where the family has them. The family's `extra_inputs` are
+        taken out of `kwargs`."""
+        self.family.check_inputs(kwargs)
         if (input_ids is None) ^ (inputs_embeds is not None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
         if inputs_embeds is None:
-            inputs_embeds = self.embed_tokens(input_ids)
+            inputs_embeds = getattr(self, self.family.names.embed)(input_ids)
         if use_cache and past_key_values is None:
             past_key_values = self.new_cache()
         if past_key_values is not None:
@@ -256,6 +330,10 @@ class DecoderStackMixin(FreezeBaseMixin):
             attention_mask, inputs_embeds=inputs_embeds, past_key_values=past_key_values, position_ids=position_ids
         )
         position_embeddings = self.position_embeddings_for(inputs_embeds, position_ids)
+        names = self.family.names
+        if names.positions is not None:
+            positions = getattr(self, names.positions)(position_ids).to(inputs_embeds.device)
+            inputs_embeds = getattr(self, names.dropout)(inputs_embeds + positions)
         return inputs_embeds, past_key_values, position_ids, masks, position_embeddings
 
     @property
@@ -282,8 +360,11 @@ class DecoderStackMixin(FreezeBaseMixin):
         return {kind: build[kind](**mask_kwargs) for kind in sorted(set(self.layer_types))}
 
     def position_embeddings_for(self, inputs_embeds: torch.Tensor, position_ids: torch.Tensor) -> dict:
-        """The rotary `(cos, sin)` of each layer type: one shared pair, or (Gemma 3) one per type."""
+        """The rotary `(cos, sin)` of each layer type: one shared pair, or (Gemma 3) one per type; None without
+        rotary embeddings (GPT-2)."""
         kinds = sorted(set(self.layer_types))
+        if self.family.rotary is None:
+            return dict.fromkeys(kinds)
         if self.family.rotary_per_layer_type:
             return {kind: self.rotary_emb(inputs_embeds, position_ids, kind) for kind in kinds}
         return dict.fromkeys(kinds, self.rotary_emb(inputs_embeds, position_ids=position_ids))
@@ -298,7 +379,7 @@ class CausalLMMixin(FreezeBaseMixin):
 
     def __init__(self, config):
         PreTrainedModel.__init__(self, config)
-        self.model = self.base_class(config)
+        setattr(self, self.base_model_prefix, self.base_class(config))  # `model`, GPT-2's `transformer`
         self.vocab_size = config.vocab_size
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
@@ -309,7 +390,7 @@ class CausalLMMixin(FreezeBaseMixin):
         super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
         cache = model_kwargs.get("past_key_values")
         if type(cache) is DynamicCache and not getattr(cache, "_is_user_defined", False):
-            model_kwargs["past_key_values"] = self.model.new_cache()
+            model_kwargs["past_key_values"] = self.base_model.new_cache()
 
 
 def family_classes(family: DecoderFamily, name: str, config_class, layer_mixin, model_mixin, lm_mixin, module: str):

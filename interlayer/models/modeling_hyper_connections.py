@@ -1,5 +1,5 @@
 """Hyper-connections (HC) and manifold-constrained hyper-connections (mHC) for the decoder families of decoder_common
-(seed 002): Llama, Qwen3, Qwen2, Mistral, Phi-3, OLMo 2, Gemma 2, Gemma 3 text.
+(seed 002): Llama, Qwen3, Qwen2, Mistral, Phi-3, OLMo 2, Gemma 2, Gemma 3 text, GPT-2.
 
 The residual stream of a stock decoder becomes K full-width streams `h` of shape `[batch, seq, K, hidden]`. Around
 every attention and MLP branch `F` (as the family declares it: its norms and dropout included):
@@ -33,6 +33,7 @@ from transformers.utils.output_capturing import capture_outputs
 from .configuration_hyper_connections import (
     Gemma2MHCConfig,
     Gemma3TextMHCConfig,
+    GPT2MHCConfig,
     LlamaMHCConfig,
     MistralMHCConfig,
     Olmo2MHCConfig,
@@ -43,6 +44,7 @@ from .configuration_hyper_connections import (
 from .decoder_common import (
     GEMMA2,
     GEMMA3_TEXT,
+    GPT2,
     LLAMA,
     MISTRAL,
     OLMO2,
@@ -492,7 +494,7 @@ class HCModelMixin(HCPreTrainedMixin, DecoderStackMixin):
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
         inputs_embeds, past_key_values, position_ids, masks, position_embeddings = self.prepare_inputs(
-            input_ids, inputs_embeds, attention_mask, position_ids, past_key_values, use_cache
+            input_ids, inputs_embeds, attention_mask, position_ids, past_key_values, use_cache, kwargs
         )
         layer_types = self.layer_types
         streams = inputs_embeds.unsqueeze(-2).expand(*inputs_embeds.shape[:-1], self.config.hc_streams, -1)
@@ -524,10 +526,10 @@ class HCModelMixin(HCPreTrainedMixin, DecoderStackMixin):
             if worst is not None:
                 self.hc_gain_stats.add("hc/amax_gain_row_worst", worst[0])
                 self.hc_gain_stats.add("hc/amax_gain_col_worst", worst[1])
-        hidden_states = self.norm(self.read_out(streams))
+        hidden_states = self.final_norm(self.read_out(streams))
         if all_hidden is not None:
             all_hidden[-1] = hidden_states
-        return BaseModelOutputWithPast(
+        return self.family.output_class(
             last_hidden_state=hidden_states,
             past_key_values=past_key_values,
             hidden_states=tuple(all_hidden) if all_hidden is not None else None,
@@ -547,7 +549,7 @@ class HCModelMixin(HCPreTrainedMixin, DecoderStackMixin):
         recompute=None,
         gain=None,
     ):
-        for i, decoder_layer in enumerate(self.layers[: self.config.num_hidden_layers]):
+        for i, decoder_layer in enumerate(self.stack_layers[: self.config.num_hidden_layers]):
             streams = decoder_layer(
                 streams,
                 attention_mask=masks[layer_types[i]],
@@ -585,12 +587,15 @@ Gemma2MHCDecoderLayer, Gemma2MHCModel, Gemma2MHCForCausalLM = _classes(GEMMA2, "
 Gemma3TextMHCDecoderLayer, Gemma3TextMHCModel, Gemma3TextMHCForCausalLM = _classes(
     GEMMA3_TEXT, "Gemma3TextMHC", Gemma3TextMHCConfig
 )
+GPT2MHCDecoderLayer, GPT2MHCModel, GPT2MHCForCausalLM = _classes(GPT2, "GPT2MHC", GPT2MHCConfig)
 
 __all__ = [
     "Gemma2MHCForCausalLM",
     "Gemma2MHCModel",
     "Gemma3TextMHCForCausalLM",
     "Gemma3TextMHCModel",
+    "GPT2MHCForCausalLM",
+    "GPT2MHCModel",
     "HyperConnection",
     "LlamaMHCForCausalLM",
     "LlamaMHCModel",

@@ -1,5 +1,5 @@
 """Latent back-projection for the decoder families of decoder_common (seed 003): Llama, Qwen3, Qwen2, Mistral, Phi-3,
-OLMo 2, Gemma 2, Gemma 3 text.
+OLMo 2, Gemma 2, Gemma 3 text, GPT-2.
 
 Pairs of layers `(s, t)`, by default `t = s - offset` (L5..L25 -> L0..L20 on 28 layers): source layer `s` compresses
 its output to a latent `z_s = down_s(h_s)` of `latent_dim` numbers, and target layer `t` adds it back, gated, to the
@@ -32,6 +32,7 @@ from transformers.utils.output_capturing import capture_outputs
 from .configuration_latent import (
     Gemma2LatentConfig,
     Gemma3TextLatentConfig,
+    GPT2LatentConfig,
     LlamaLatentConfig,
     MistralLatentConfig,
     Olmo2LatentConfig,
@@ -42,6 +43,7 @@ from .configuration_latent import (
 from .decoder_common import (
     GEMMA2,
     GEMMA3_TEXT,
+    GPT2,
     LLAMA,
     MISTRAL,
     OLMO2,
@@ -290,7 +292,7 @@ class LatentModelMixin(LatentPreTrainedMixin, DecoderStackMixin):
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
         inputs_embeds, cache, position_ids, masks, position_embeddings = self.prepare_inputs(
-            input_ids, inputs_embeds, attention_mask, position_ids, past_key_values, use_cache
+            input_ids, inputs_embeds, attention_mask, position_ids, past_key_values, use_cache, kwargs
         )
         seen = cache.get_seq_length() if cache is not None else 0
         run = _Run(
@@ -316,10 +318,10 @@ class LatentModelMixin(LatentPreTrainedMixin, DecoderStackMixin):
             hidden_states = run.batched_step(inputs_embeds)
         else:
             hidden_states = run.two_passes(inputs_embeds)
-        hidden_states = self.norm(hidden_states)
+        hidden_states = self.final_norm(hidden_states)
         if run.hidden is not None:
             run.hidden[-1] = hidden_states
-        return BaseModelOutputWithPast(
+        return self.family.output_class(
             last_hidden_state=hidden_states,
             past_key_values=cache if use_cache else None,
             hidden_states=tuple(run.hidden) if run.hidden is not None else None,
@@ -349,7 +351,7 @@ class _Run:
 
     def __init__(self, model, masks, position_embeddings, position_ids, cache, use_cache, token_mask, hidden, kwargs):
         self.model = model
-        self.layers = model.layers[: model.config.num_hidden_layers]
+        self.layers = model.stack_layers[: model.config.num_hidden_layers]
         self.layer_types = model.layer_types
         self.masks = masks
         self.position_embeddings = position_embeddings
@@ -519,12 +521,15 @@ Gemma2LatentDecoderLayer, Gemma2LatentModel, Gemma2LatentForCausalLM = _classes(
 Gemma3TextLatentDecoderLayer, Gemma3TextLatentModel, Gemma3TextLatentForCausalLM = _classes(
     GEMMA3_TEXT, "Gemma3TextLatent", Gemma3TextLatentConfig
 )
+GPT2LatentDecoderLayer, GPT2LatentModel, GPT2LatentForCausalLM = _classes(GPT2, "GPT2Latent", GPT2LatentConfig)
 
 __all__ = [
     "Gemma2LatentForCausalLM",
     "Gemma2LatentModel",
     "Gemma3TextLatentForCausalLM",
     "Gemma3TextLatentModel",
+    "GPT2LatentForCausalLM",
+    "GPT2LatentModel",
     "LatentCache",
     "LlamaLatentForCausalLM",
     "LlamaLatentModel",
