@@ -1,10 +1,29 @@
-"""Tiny stock Qwen3 and Llama checkpoints for the decoder mechanisms' tests (hyper-connections, latent
+"""Tiny stock checkpoints of every decoder family the decoder mechanisms convert (hyper-connections, latent
 back-projection; batches come from `gpt2_fixtures`), and their conformance cases."""
 
 import json
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+from transformers import (
+    Gemma2Config,
+    Gemma2ForCausalLM,
+    Gemma3ForCausalLM,
+    Gemma3TextConfig,
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+    Olmo2Config,
+    Olmo2ForCausalLM,
+    Phi3Config,
+    Phi3ForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
 
 TINY_DECODER = dict(
     hidden_size=32,
@@ -19,18 +38,41 @@ TINY_DECODER = dict(
 )
 
 
-def build_stock_qwen3(folder, **overrides):
-    torch.manual_seed(0)
-    model = Qwen3ForCausalLM(Qwen3Config(**{**TINY_DECODER, **overrides}))
-    model.save_pretrained(folder)
-    return model
+def stock_builder(config_class, model_class, **family_options):
+    """`build(folder, **overrides)`: a tiny stock causal LM of one family (fixed seed), saved in `folder`."""
+
+    def build(folder, **overrides):
+        torch.manual_seed(0)
+        model = model_class(config_class(**{**TINY_DECODER, **family_options, **overrides}))
+        model.save_pretrained(folder)
+        return model
+
+    return build
 
 
-def build_stock_llama(folder, **overrides):
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(**{**TINY_DECODER, **overrides}))
-    model.save_pretrained(folder)
-    return model
+# the family options exercise what each family adds: a sliding window shorter than the test batches (so padding,
+# the cache and generation meet it), a bias on q/k/v, Phi-3's residual dropout (in training), Gemma's logit
+# soft-capping (stock defaults) and Gemma 3's local/global rotary bases
+SHORT_WINDOW = 8  # below the generation tests' 15 tokens; above the conformance batches' longest padding run (7)
+build_stock_qwen3 = stock_builder(Qwen3Config, Qwen3ForCausalLM)
+build_stock_llama = stock_builder(LlamaConfig, LlamaForCausalLM)
+build_stock_qwen2 = stock_builder(
+    Qwen2Config, Qwen2ForCausalLM, use_sliding_window=True, sliding_window=SHORT_WINDOW, max_window_layers=1
+)
+build_stock_mistral = stock_builder(MistralConfig, MistralForCausalLM, sliding_window=SHORT_WINDOW)
+build_stock_phi3 = stock_builder(
+    Phi3Config, Phi3ForCausalLM, resid_pdrop=0.1, bos_token_id=1, eos_token_id=2, pad_token_id=0
+)
+build_stock_olmo2 = stock_builder(Olmo2Config, Olmo2ForCausalLM, eos_token_id=2)
+build_stock_gemma2 = stock_builder(Gemma2Config, Gemma2ForCausalLM, sliding_window=SHORT_WINDOW)
+build_stock_gemma3 = stock_builder(
+    Gemma3TextConfig,
+    Gemma3ForCausalLM,
+    sliding_window=SHORT_WINDOW,
+    layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+)
+# TINY_DECODER's names map to GPT-2's n_embd, n_layer, n_head, n_positions
+build_stock_gpt2_decoder = stock_builder(GPT2Config, GPT2LMHeadModel, bos_token_id=1, eos_token_id=2)
 
 
 def save_tiny_llama_with_tokenizer(folder, text: str, layers: int = 2):
@@ -58,9 +100,9 @@ def write_qa_pairs(path, n: int) -> str:
     return "\n".join(r["question"] + " " + r["answer"] for r in rows)
 
 
-def decoder_case(model_class, build_stock, active_options, config_errors):
+def decoder_case(model_class, build_stock, active_options, config_errors, lora_targets=("q_proj", "v_proj")):
     """The conformance case of a zoo causal LM converted from a tiny stock decoder (`config_errors`: options added to
-    `TINY_DECODER` and the error each must raise)."""
+    `TINY_DECODER` and the error each must raise; `lora_targets`: the family's attention projections)."""
     from gpt2_fixtures import build_bert, lm_batch, lm_labels
 
     from interlayer.testing import ConformanceCase
@@ -74,5 +116,5 @@ def decoder_case(model_class, build_stock, active_options, config_errors):
         labels=lm_labels,
         wrong_architecture=build_bert,
         config_errors=[({**TINY_DECODER, **o}, p) for o, p in config_errors],
-        lora_targets=["q_proj", "v_proj"],
+        lora_targets=list(lora_targets),
     )

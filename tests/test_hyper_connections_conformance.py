@@ -1,8 +1,30 @@
-"""The zoo's conformance suite on hyper-connections: mHC on Qwen3, static and dynamic HC on Llama."""
+"""The zoo's conformance suite on hyper-connections, on every decoder family, with the modes varied across families:
+mHC (seed init, static), static and dynamic HC (with and without tanh, two streams)."""
 
-from hc_fixtures import build_stock_llama, build_stock_qwen3, decoder_case
+from hc_fixtures import (
+    build_stock_gemma2,
+    build_stock_gemma3,
+    build_stock_gpt2_decoder,
+    build_stock_llama,
+    build_stock_mistral,
+    build_stock_olmo2,
+    build_stock_phi3,
+    build_stock_qwen2,
+    build_stock_qwen3,
+    decoder_case,
+)
 
-from interlayer import LlamaMHCForCausalLM, Qwen3MHCForCausalLM
+from interlayer import (
+    Gemma2MHCForCausalLM,
+    Gemma3TextMHCForCausalLM,
+    GPT2MHCForCausalLM,
+    LlamaMHCForCausalLM,
+    MistralMHCForCausalLM,
+    Olmo2MHCForCausalLM,
+    Phi3MHCForCausalLM,
+    Qwen2MHCForCausalLM,
+    Qwen3MHCForCausalLM,
+)
 from interlayer.testing import ConformanceSuite
 
 HC_CONFIG_ERRORS = [
@@ -17,8 +39,8 @@ HC_CONFIG_ERRORS = [
 ]
 
 
-def hc_case(model_class, build_stock, active_options):
-    return decoder_case(model_class, build_stock, active_options, HC_CONFIG_ERRORS)
+def hc_case(model_class, build_stock, active_options, **kwargs):
+    return decoder_case(model_class, build_stock, active_options, HC_CONFIG_ERRORS, **kwargs)
 
 
 class TestQwen3MHCConformance(ConformanceSuite):
@@ -34,3 +56,43 @@ class TestLlamaStaticHCConformance(ConformanceSuite):
 class TestLlamaDynamicHCConformance(ConformanceSuite):
     def make_case(self):
         return hc_case(LlamaMHCForCausalLM, build_stock_llama, dict(hc_mode="dynamic", hc_init_noise=0.1))
+
+
+class TestQwen2MHCConformance(ConformanceSuite):
+    def make_case(self):
+        return hc_case(Qwen2MHCForCausalLM, build_stock_qwen2, dict(identity_init=False))
+
+
+class TestMistralStaticHCConformance(ConformanceSuite):
+    def make_case(self):
+        return hc_case(MistralMHCForCausalLM, build_stock_mistral, dict(hc_mode="static", hc_init_noise=0.1))
+
+
+class TestPhi3DynamicHCConformance(ConformanceSuite):
+    def make_case(self):
+        options = dict(hc_mode="dynamic", hc_init_noise=0.1)
+        return hc_case(Phi3MHCForCausalLM, build_stock_phi3, options, lora_targets=["qkv_proj"])
+
+
+class TestOlmo2StaticMHCConformance(ConformanceSuite):
+    def make_case(self):
+        options = dict(hc_mode="mhc", mhc_dynamic=False, hc_init_noise=0.1)
+        return hc_case(Olmo2MHCForCausalLM, build_stock_olmo2, options)
+
+
+class TestGemma2DynamicNoTanhHCConformance(ConformanceSuite):
+    def make_case(self):
+        options = dict(hc_mode="dynamic", hc_dynamic_tanh=False, hc_init_noise=0.1)
+        return hc_case(Gemma2MHCForCausalLM, build_stock_gemma2, options)
+
+
+class TestGemma3TextTwoStreamDynamicHCConformance(ConformanceSuite):
+    def make_case(self):
+        options = dict(hc_mode="dynamic", hc_streams=2, hc_init_noise=0.1)
+        return hc_case(Gemma3TextMHCForCausalLM, build_stock_gemma3, options)
+
+
+class TestGPT2MHCConformance(ConformanceSuite):
+    def make_case(self):
+        options = dict(hc_init_noise=0.1, hc_read_in_focus=0.25)
+        return hc_case(GPT2MHCForCausalLM, build_stock_gpt2_decoder, options, lora_targets=["c_attn"])

@@ -1,8 +1,30 @@
-"""The zoo's conformance suite on latent back-projection: each `latent_source` on Qwen3 or Llama."""
+"""The zoo's conformance suite on latent back-projection, on every decoder family, with the `latent_source` and the
+layer pairs varied across families."""
 
-from hc_fixtures import build_stock_llama, build_stock_qwen3, decoder_case
+from hc_fixtures import (
+    build_stock_gemma2,
+    build_stock_gemma3,
+    build_stock_gpt2_decoder,
+    build_stock_llama,
+    build_stock_mistral,
+    build_stock_olmo2,
+    build_stock_phi3,
+    build_stock_qwen2,
+    build_stock_qwen3,
+    decoder_case,
+)
 
-from interlayer import LlamaLatentForCausalLM, Qwen3LatentForCausalLM
+from interlayer import (
+    Gemma2LatentForCausalLM,
+    Gemma3TextLatentForCausalLM,
+    GPT2LatentForCausalLM,
+    LlamaLatentForCausalLM,
+    MistralLatentForCausalLM,
+    Olmo2LatentForCausalLM,
+    Phi3LatentForCausalLM,
+    Qwen2LatentForCausalLM,
+    Qwen3LatentForCausalLM,
+)
 from interlayer.testing import ConformanceSuite
 
 LATENT_CONFIG_ERRORS = [
@@ -20,8 +42,8 @@ LATENT_CONFIG_ERRORS = [
 ]
 
 
-def latent_case(model_class, build_stock, active_options):
-    return decoder_case(model_class, build_stock, active_options, LATENT_CONFIG_ERRORS)
+def latent_case(model_class, build_stock, active_options, **kwargs):
+    return decoder_case(model_class, build_stock, active_options, LATENT_CONFIG_ERRORS, **kwargs)
 
 
 class TestQwen3PreviousPositionConformance(ConformanceSuite):
@@ -40,3 +62,43 @@ class TestLlamaRecurrentConformance(ConformanceSuite):
         return latent_case(
             LlamaLatentForCausalLM, build_stock_llama, dict(identity_init=False, latent_source="recurrent")
         )
+
+
+class TestQwen2PreviousPositionConformance(ConformanceSuite):
+    def make_case(self):
+        return latent_case(Qwen2LatentForCausalLM, build_stock_qwen2, dict(identity_init=False))
+
+
+class TestMistralSamePositionConformance(ConformanceSuite):
+    def make_case(self):
+        options = dict(identity_init=False, latent_source="same_position")
+        return latent_case(MistralLatentForCausalLM, build_stock_mistral, options)
+
+
+class TestPhi3RecurrentConformance(ConformanceSuite):
+    def make_case(self):
+        options = dict(identity_init=False, latent_source="recurrent")
+        return latent_case(Phi3LatentForCausalLM, build_stock_phi3, options, lora_targets=["qkv_proj"])
+
+
+class TestOlmo2TwoPairsConformance(ConformanceSuite):
+    def make_case(self):
+        options = dict(identity_init=False, latent_source_layers=[1, 2], latent_target_layers=[0, 1])
+        return latent_case(Olmo2LatentForCausalLM, build_stock_olmo2, options)
+
+
+class TestGemma2SamePositionConformance(ConformanceSuite):
+    def make_case(self):
+        options = dict(identity_init=False, latent_source="same_position", latent_offset=2)
+        return latent_case(Gemma2LatentForCausalLM, build_stock_gemma2, options)
+
+
+class TestGemma3TextPreviousPositionConformance(ConformanceSuite):
+    def make_case(self):
+        return latent_case(Gemma3TextLatentForCausalLM, build_stock_gemma3, dict(identity_init=False))
+
+
+class TestGPT2RecurrentConformance(ConformanceSuite):
+    def make_case(self):
+        options = dict(identity_init=False, latent_source="recurrent", latent_dim=8)
+        return latent_case(GPT2LatentForCausalLM, build_stock_gpt2_decoder, options, lora_targets=["c_attn"])

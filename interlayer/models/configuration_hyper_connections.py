@@ -1,9 +1,20 @@
-"""Configuration of hyper-connections and manifold-constrained hyper-connections (seed 002) on Qwen3 and Llama."""
+"""Configuration of hyper-connections and manifold-constrained hyper-connections (seed 002) on the decoder families
+of decoder_common (Llama, Qwen3, Qwen2, Mistral, Phi-3, OLMo 2, Gemma 2, Gemma 3 text, GPT-2)."""
 
 import dataclasses
 from typing import ClassVar, Literal
 
-from transformers import LlamaConfig, Qwen3Config
+from transformers import (
+    Gemma2Config,
+    Gemma3TextConfig,
+    GPT2Config,
+    LlamaConfig,
+    MistralConfig,
+    Olmo2Config,
+    Phi3Config,
+    Qwen2Config,
+    Qwen3Config,
+)
 
 from .zoo_common import ZooConfigFields, ZooConfigMixin, check_choice, check_range, zoo_config
 
@@ -118,4 +129,79 @@ class LlamaMHCConfig(ZooConfigMixin, LlamaConfig, HyperConnectionFields):
     stock_model_types = ("llama",)
 
 
-__all__ = ["HC_MODES", "HyperConnectionFields", "LlamaMHCConfig", "Qwen3MHCConfig"]
+@zoo_config
+class Qwen2MHCConfig(ZooConfigMixin, Qwen2Config, HyperConnectionFields):
+    r"""Configuration of [`Qwen2MHCModel`]: every [`Qwen2Config`] field plus the options of
+    [`HyperConnectionFields`]. Converts checkpoints of model_type `qwen2` (Qwen2, Qwen2.5)."""
+
+    model_type = "qwen2_mhc"
+    stock_model_types = ("qwen2",)
+
+
+@zoo_config
+class MistralMHCConfig(ZooConfigMixin, MistralConfig, HyperConnectionFields):
+    r"""Configuration of [`MistralMHCModel`]: every [`MistralConfig`] field plus the options of
+    [`HyperConnectionFields`]. Converts checkpoints of model_type `mistral`."""
+
+    model_type = "mistral_mhc"
+    stock_model_types = ("mistral",)
+
+
+@zoo_config
+class Phi3MHCConfig(ZooConfigMixin, Phi3Config, HyperConnectionFields):
+    r"""Configuration of [`Phi3MHCModel`]: every [`Phi3Config`] field plus the options of
+    [`HyperConnectionFields`]. Converts checkpoints of model_type `phi3` (Phi-3, Phi-3.5, Phi-4 mini)."""
+
+    model_type = "phi3_mhc"
+    stock_model_types = ("phi3",)
+
+
+@zoo_config
+class Olmo2MHCConfig(ZooConfigMixin, Olmo2Config, HyperConnectionFields):
+    r"""Configuration of [`Olmo2MHCModel`]: every [`Olmo2Config`] field plus the options of
+    [`HyperConnectionFields`]. Converts checkpoints of model_type `olmo2`."""
+
+    model_type = "olmo2_mhc"
+    stock_model_types = ("olmo2",)
+
+
+@zoo_config
+class Gemma2MHCConfig(ZooConfigMixin, Gemma2Config, HyperConnectionFields):
+    r"""Configuration of [`Gemma2MHCModel`]: every [`Gemma2Config`] field plus the options of
+    [`HyperConnectionFields`]. Converts checkpoints of model_type `gemma2`."""
+
+    model_type = "gemma2_mhc"
+    stock_model_types = ("gemma2",)
+
+
+@zoo_config
+class Gemma3TextMHCConfig(ZooConfigMixin, Gemma3TextConfig, HyperConnectionFields):
+    r"""Configuration of [`Gemma3TextMHCModel`]: every [`Gemma3TextConfig`] field plus the options of
+    [`HyperConnectionFields`]. Converts checkpoints of model_type `gemma3_text` (text-only Gemma 3, gemma-3-1b)."""
+
+    model_type = "gemma3_text_mhc"
+    stock_model_types = ("gemma3_text",)
+
+
+@zoo_config
+class GPT2MHCConfig(ZooConfigMixin, GPT2Config, HyperConnectionFields):
+    r"""Configuration of [`GPT2MHCModel`]: every [`GPT2Config`] field plus the options of
+    [`HyperConnectionFields`]. Converts checkpoints of model_type `gpt2` (GPT-2, DistilGPT-2)."""
+
+    model_type = "gpt2_mhc"
+    stock_model_types = ("gpt2",)
+
+
+__all__ = [
+    "HC_MODES",
+    "Gemma2MHCConfig",
+    "Gemma3TextMHCConfig",
+    "GPT2MHCConfig",
+    "HyperConnectionFields",
+    "LlamaMHCConfig",
+    "MistralMHCConfig",
+    "Olmo2MHCConfig",
+    "Phi3MHCConfig",
+    "Qwen2MHCConfig",
+    "Qwen3MHCConfig",
+]

@@ -1,9 +1,20 @@
-"""Configuration of latent back-projection (seed 003) on Qwen3 and Llama."""
+"""Configuration of latent back-projection (seed 003) on the decoder families of decoder_common (Llama, Qwen3,
+Qwen2, Mistral, Phi-3, OLMo 2, Gemma 2, Gemma 3 text, GPT-2)."""
 
 import dataclasses
 from typing import ClassVar, Literal
 
-from transformers import LlamaConfig, Qwen3Config
+from transformers import (
+    Gemma2Config,
+    Gemma3TextConfig,
+    GPT2Config,
+    LlamaConfig,
+    MistralConfig,
+    Olmo2Config,
+    Phi3Config,
+    Qwen2Config,
+    Qwen3Config,
+)
 
 from .zoo_common import ZooConfigFields, ZooConfigMixin, check_choice, check_range, zoo_config
 
@@ -147,4 +158,79 @@ class LlamaLatentConfig(ZooConfigMixin, LlamaConfig, LatentFields):
     stock_model_types = ("llama",)
 
 
-__all__ = ["LATENT_SOURCES", "LatentFields", "LlamaLatentConfig", "Qwen3LatentConfig"]
+@zoo_config
+class Qwen2LatentConfig(ZooConfigMixin, Qwen2Config, LatentFields):
+    r"""Configuration of [`Qwen2LatentModel`]: every [`Qwen2Config`] field plus the options of [`LatentFields`].
+    Converts checkpoints of model_type `qwen2` (Qwen2, Qwen2.5)."""
+
+    model_type = "qwen2_latent"
+    stock_model_types = ("qwen2",)
+
+
+@zoo_config
+class MistralLatentConfig(ZooConfigMixin, MistralConfig, LatentFields):
+    r"""Configuration of [`MistralLatentModel`]: every [`MistralConfig`] field plus the options of [`LatentFields`].
+    Converts checkpoints of model_type `mistral`."""
+
+    model_type = "mistral_latent"
+    stock_model_types = ("mistral",)
+
+
+@zoo_config
+class Phi3LatentConfig(ZooConfigMixin, Phi3Config, LatentFields):
+    r"""Configuration of [`Phi3LatentModel`]: every [`Phi3Config`] field plus the options of [`LatentFields`].
+    Converts checkpoints of model_type `phi3` (Phi-3, Phi-3.5, Phi-4 mini)."""
+
+    model_type = "phi3_latent"
+    stock_model_types = ("phi3",)
+
+
+@zoo_config
+class Olmo2LatentConfig(ZooConfigMixin, Olmo2Config, LatentFields):
+    r"""Configuration of [`Olmo2LatentModel`]: every [`Olmo2Config`] field plus the options of [`LatentFields`].
+    Converts checkpoints of model_type `olmo2`."""
+
+    model_type = "olmo2_latent"
+    stock_model_types = ("olmo2",)
+
+
+@zoo_config
+class Gemma2LatentConfig(ZooConfigMixin, Gemma2Config, LatentFields):
+    r"""Configuration of [`Gemma2LatentModel`]: every [`Gemma2Config`] field plus the options of [`LatentFields`].
+    Converts checkpoints of model_type `gemma2`."""
+
+    model_type = "gemma2_latent"
+    stock_model_types = ("gemma2",)
+
+
+@zoo_config
+class Gemma3TextLatentConfig(ZooConfigMixin, Gemma3TextConfig, LatentFields):
+    r"""Configuration of [`Gemma3TextLatentModel`]: every [`Gemma3TextConfig`] field plus the options of
+    [`LatentFields`]. Converts checkpoints of model_type `gemma3_text` (text-only Gemma 3, such as gemma-3-1b)."""
+
+    model_type = "gemma3_text_latent"
+    stock_model_types = ("gemma3_text",)
+
+
+@zoo_config
+class GPT2LatentConfig(ZooConfigMixin, GPT2Config, LatentFields):
+    r"""Configuration of [`GPT2LatentModel`]: every [`GPT2Config`] field plus the options of
+    [`LatentFields`]. Converts checkpoints of model_type `gpt2` (GPT-2, DistilGPT-2)."""
+
+    model_type = "gpt2_latent"
+    stock_model_types = ("gpt2",)
+
+
+__all__ = [
+    "LATENT_SOURCES",
+    "Gemma2LatentConfig",
+    "Gemma3TextLatentConfig",
+    "GPT2LatentConfig",
+    "LatentFields",
+    "LlamaLatentConfig",
+    "MistralLatentConfig",
+    "Olmo2LatentConfig",
+    "Phi3LatentConfig",
+    "Qwen2LatentConfig",
+    "Qwen3LatentConfig",
+]

@@ -1,7 +1,8 @@
-"""Hyper-connections (HC) and manifold-constrained hyper-connections (mHC) for Qwen3 and Llama (seed 002).
+"""Hyper-connections (HC) and manifold-constrained hyper-connections (mHC) for the decoder families of decoder_common
+(seed 002): Llama, Qwen3, Qwen2, Mistral, Phi-3, OLMo 2, Gemma 2, Gemma 3 text, GPT-2.
 
 The residual stream of a stock decoder becomes K full-width streams `h` of shape `[batch, seq, K, hidden]`. Around
-every attention and MLP sublayer `F` (its stock pre-norm included):
+every attention and MLP branch `F` (as the family declares it: its norms and dropout included):
 
     x  = sum_k H_pre[k] h_k                          read-in
     h' = H_res h + H_post^T F(x)                     h'_i = sum_j H_res[i, j] h_j + H_post[i] F(x)
@@ -25,30 +26,38 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers import initialization as init
 from transformers.cache_utils import Cache
-from transformers.generation import GenerationMixin
 from transformers.modeling_outputs import BaseModelOutputWithPast
-from transformers.models.llama.modeling_llama import (
-    LlamaAttention,
-    LlamaDecoderLayer,
-    LlamaForCausalLM,
-    LlamaModel,
-    LlamaRMSNorm,
-    LlamaRotaryEmbedding,
-)
-from transformers.models.qwen3.modeling_qwen3 import (
-    Qwen3Attention,
-    Qwen3DecoderLayer,
-    Qwen3ForCausalLM,
-    Qwen3Model,
-    Qwen3RMSNorm,
-    Qwen3RotaryEmbedding,
-)
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
-from .configuration_hyper_connections import LlamaMHCConfig, Qwen3MHCConfig
-from .decoder_common import CausalLMMixin, DecoderStackMixin, FreezeBaseMixin
-from .zoo_common import EVAL_PREFIX, StatsAccumulator, register_for_auto_classes
+from .configuration_hyper_connections import (
+    Gemma2MHCConfig,
+    Gemma3TextMHCConfig,
+    GPT2MHCConfig,
+    LlamaMHCConfig,
+    MistralMHCConfig,
+    Olmo2MHCConfig,
+    Phi3MHCConfig,
+    Qwen2MHCConfig,
+    Qwen3MHCConfig,
+)
+from .decoder_common import (
+    GEMMA2,
+    GEMMA3_TEXT,
+    GPT2,
+    LLAMA,
+    MISTRAL,
+    OLMO2,
+    PHI3,
+    QWEN2,
+    QWEN3,
+    CausalLMMixin,
+    DecoderLayerRolesMixin,
+    DecoderStackMixin,
+    FreezeBaseMixin,
+    family_classes,
+)
+from .zoo_common import EVAL_PREFIX, StatsAccumulator
 
 COEFFICIENT_EPS = 1e-6
 MHC_RES_DIAGONAL = 4.0  # raw diagonal of H_res at identity_init in mHC mode (about 0.95 on the diagonal at K=4)
@@ -356,8 +365,9 @@ class HyperConnection(nn.Module):
         self.stats.add(f"{name}/res", res)
 
 
-class HCDecoderLayerMixin:
-    """A stock decoder layer whose two residual connections are hyper-connections (put before the stock class)."""
+class HCDecoderLayerMixin(DecoderLayerRolesMixin):
+    """A stock decoder layer whose two residual connections are hyper-connections around its family's branches
+    `F_attn` and `F_mlp` (put before the stock class)."""
 
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)
@@ -380,26 +390,18 @@ class HCDecoderLayerMixin:
         forward's stream recomputation and composite-gain tracker (`None` when not used)."""
 
         def attention(x):
-            return self.self_attn(
-                hidden_states=self.input_layernorm(x),
+            return self.attention_branch(
+                x,
                 attention_mask=attention_mask,
                 position_ids=position_ids,
                 past_key_values=past_key_values,
                 use_cache=use_cache,
                 position_embeddings=position_embeddings,
                 **kwargs,
-            )[0]
+            )
 
         streams = self.hc_attn(hidden_states, attention, hc_recompute, hc_gain)
-        return self.hc_mlp(streams, lambda x: self.mlp(self.post_attention_layernorm(x)), hc_recompute, hc_gain)
-
-
-class Qwen3MHCDecoderLayer(HCDecoderLayerMixin, Qwen3DecoderLayer):
-    pass
-
-
-class LlamaMHCDecoderLayer(HCDecoderLayerMixin, LlamaDecoderLayer):
-    pass
+        return self.hc_mlp(streams, self.mlp_branch, hc_recompute, hc_gain)
 
 
 class HCPreTrainedMixin(FreezeBaseMixin):
@@ -466,6 +468,8 @@ class HCPreTrainedMixin(FreezeBaseMixin):
 class HCModelMixin(HCPreTrainedMixin, DecoderStackMixin):
     """The decoder stack with K residual streams: stock embeddings, layers, rotary embedding and final norm."""
 
+    records_attentions = True
+
     def build_mechanism(self, config) -> None:
         self.hc_read_out = nn.Parameter(torch.empty(config.hc_streams))
         self.hc_gain_stats = RunningMaxAccumulator()
@@ -490,7 +494,7 @@ class HCModelMixin(HCPreTrainedMixin, DecoderStackMixin):
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
         inputs_embeds, past_key_values, position_ids, masks, position_embeddings = self.prepare_inputs(
-            input_ids, inputs_embeds, attention_mask, position_ids, past_key_values, use_cache
+            input_ids, inputs_embeds, attention_mask, position_ids, past_key_values, use_cache, kwargs
         )
         layer_types = self.layer_types
         streams = inputs_embeds.unsqueeze(-2).expand(*inputs_embeds.shape[:-1], self.config.hc_streams, -1)
@@ -522,10 +526,10 @@ class HCModelMixin(HCPreTrainedMixin, DecoderStackMixin):
             if worst is not None:
                 self.hc_gain_stats.add("hc/amax_gain_row_worst", worst[0])
                 self.hc_gain_stats.add("hc/amax_gain_col_worst", worst[1])
-        hidden_states = self.norm(self.read_out(streams))
+        hidden_states = self.final_norm(self.read_out(streams))
         if all_hidden is not None:
             all_hidden[-1] = hidden_states
-        return BaseModelOutputWithPast(
+        return self.family.output_class(
             last_hidden_state=hidden_states,
             past_key_values=past_key_values,
             hidden_states=tuple(all_hidden) if all_hidden is not None else None,
@@ -545,11 +549,11 @@ class HCModelMixin(HCPreTrainedMixin, DecoderStackMixin):
         recompute=None,
         gain=None,
     ):
-        for i, decoder_layer in enumerate(self.layers[: self.config.num_hidden_layers]):
+        for i, decoder_layer in enumerate(self.stack_layers[: self.config.num_hidden_layers]):
             streams = decoder_layer(
                 streams,
                 attention_mask=masks[layer_types[i]],
-                position_embeddings=position_embeddings,
+                position_embeddings=position_embeddings[layer_types[i]],
                 position_ids=position_ids,
                 past_key_values=past_key_values,
                 use_cache=use_cache,
@@ -566,43 +570,43 @@ class HCForCausalLMMixin(HCPreTrainedMixin, CausalLMMixin):
     """The stock causal-LM head on top of the hyper-connection decoder; stock forward and `generate()`."""
 
 
-class Qwen3MHCModel(HCModelMixin, Qwen3Model):
-    config_class = Qwen3MHCConfig
-    decoder_layer_class = Qwen3MHCDecoderLayer
-    norm_class = Qwen3RMSNorm
-    rotary_class = Qwen3RotaryEmbedding
-    _no_split_modules = ["Qwen3MHCDecoderLayer"]
-    _can_record_outputs = {"attentions": Qwen3Attention}
+def _classes(family, name, config_class):
+    return family_classes(
+        family, name, config_class, HCDecoderLayerMixin, HCModelMixin, HCForCausalLMMixin, module=__name__
+    )
 
 
-class Qwen3MHCForCausalLM(HCForCausalLMMixin, Qwen3ForCausalLM, GenerationMixin):
-    config_class = Qwen3MHCConfig
-    base_class = Qwen3MHCModel
-    _no_split_modules = ["Qwen3MHCDecoderLayer"]
-
-
-class LlamaMHCModel(HCModelMixin, LlamaModel):
-    config_class = LlamaMHCConfig
-    decoder_layer_class = LlamaMHCDecoderLayer
-    norm_class = LlamaRMSNorm
-    rotary_class = LlamaRotaryEmbedding
-    _no_split_modules = ["LlamaMHCDecoderLayer"]
-    _can_record_outputs = {"attentions": LlamaAttention}
-
-
-class LlamaMHCForCausalLM(HCForCausalLMMixin, LlamaForCausalLM, GenerationMixin):
-    config_class = LlamaMHCConfig
-    base_class = LlamaMHCModel
-    _no_split_modules = ["LlamaMHCDecoderLayer"]
-
-
-register_for_auto_classes(Qwen3MHCConfig, AutoModel=Qwen3MHCModel, AutoModelForCausalLM=Qwen3MHCForCausalLM)
-register_for_auto_classes(LlamaMHCConfig, AutoModel=LlamaMHCModel, AutoModelForCausalLM=LlamaMHCForCausalLM)
+# one line per family: the roles are declared once in decoder_common
+Qwen3MHCDecoderLayer, Qwen3MHCModel, Qwen3MHCForCausalLM = _classes(QWEN3, "Qwen3MHC", Qwen3MHCConfig)
+LlamaMHCDecoderLayer, LlamaMHCModel, LlamaMHCForCausalLM = _classes(LLAMA, "LlamaMHC", LlamaMHCConfig)
+Qwen2MHCDecoderLayer, Qwen2MHCModel, Qwen2MHCForCausalLM = _classes(QWEN2, "Qwen2MHC", Qwen2MHCConfig)
+MistralMHCDecoderLayer, MistralMHCModel, MistralMHCForCausalLM = _classes(MISTRAL, "MistralMHC", MistralMHCConfig)
+Phi3MHCDecoderLayer, Phi3MHCModel, Phi3MHCForCausalLM = _classes(PHI3, "Phi3MHC", Phi3MHCConfig)
+Olmo2MHCDecoderLayer, Olmo2MHCModel, Olmo2MHCForCausalLM = _classes(OLMO2, "Olmo2MHC", Olmo2MHCConfig)
+Gemma2MHCDecoderLayer, Gemma2MHCModel, Gemma2MHCForCausalLM = _classes(GEMMA2, "Gemma2MHC", Gemma2MHCConfig)
+Gemma3TextMHCDecoderLayer, Gemma3TextMHCModel, Gemma3TextMHCForCausalLM = _classes(
+    GEMMA3_TEXT, "Gemma3TextMHC", Gemma3TextMHCConfig
+)
+GPT2MHCDecoderLayer, GPT2MHCModel, GPT2MHCForCausalLM = _classes(GPT2, "GPT2MHC", GPT2MHCConfig)
 
 __all__ = [
+    "Gemma2MHCForCausalLM",
+    "Gemma2MHCModel",
+    "Gemma3TextMHCForCausalLM",
+    "Gemma3TextMHCModel",
+    "GPT2MHCForCausalLM",
+    "GPT2MHCModel",
     "HyperConnection",
     "LlamaMHCForCausalLM",
     "LlamaMHCModel",
+    "MistralMHCForCausalLM",
+    "MistralMHCModel",
+    "Olmo2MHCForCausalLM",
+    "Olmo2MHCModel",
+    "Phi3MHCForCausalLM",
+    "Phi3MHCModel",
+    "Qwen2MHCForCausalLM",
+    "Qwen2MHCModel",
     "Qwen3MHCForCausalLM",
     "Qwen3MHCModel",
     "sinkhorn_knopp",

@@ -1,10 +1,11 @@
-"""Latent back-projection for Qwen3 and Llama (seed 003).
+"""Latent back-projection for the decoder families of decoder_common (seed 003): Llama, Qwen3, Qwen2, Mistral, Phi-3,
+OLMo 2, Gemma 2, Gemma 3 text, GPT-2.
 
 Pairs of layers `(s, t)`, by default `t = s - offset` (L5..L25 -> L0..L20 on 28 layers): source layer `s` compresses
 its output to a latent `z_s = down_s(h_s)` of `latent_dim` numbers, and target layer `t` adds it back, gated, to the
-output of its MLP (its down projection):
+output of its MLP branch (the down projection's output; after the post-norm or dropout in families that have them):
 
-    mlp_t(x) + sigmoid(g_t) * up_t(z_s)
+    F_mlp_t(x) + sigmoid(g_t) * up_t(z_s)
 
 The latents come from a first, stock pass (no latents applied, run only up to the deepest source layer and, with a
 frozen base, without building a graph); the second pass applies them. `latent_source` says which token's latents a
@@ -24,28 +25,38 @@ import torch
 from torch import nn
 from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache
-from transformers.generation import GenerationMixin
 from transformers.modeling_outputs import BaseModelOutputWithPast
-from transformers.models.llama.modeling_llama import (
-    LlamaDecoderLayer,
-    LlamaForCausalLM,
-    LlamaModel,
-    LlamaRMSNorm,
-    LlamaRotaryEmbedding,
-)
-from transformers.models.qwen3.modeling_qwen3 import (
-    Qwen3DecoderLayer,
-    Qwen3ForCausalLM,
-    Qwen3Model,
-    Qwen3RMSNorm,
-    Qwen3RotaryEmbedding,
-)
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
-from .configuration_latent import LlamaLatentConfig, Qwen3LatentConfig
-from .decoder_common import CausalLMMixin, DecoderStackMixin, FreezeBaseMixin
-from .zoo_common import StatsAccumulator, register_for_auto_classes, register_scalar_parameters
+from .configuration_latent import (
+    Gemma2LatentConfig,
+    Gemma3TextLatentConfig,
+    GPT2LatentConfig,
+    LlamaLatentConfig,
+    MistralLatentConfig,
+    Olmo2LatentConfig,
+    Phi3LatentConfig,
+    Qwen2LatentConfig,
+    Qwen3LatentConfig,
+)
+from .decoder_common import (
+    GEMMA2,
+    GEMMA3_TEXT,
+    GPT2,
+    LLAMA,
+    MISTRAL,
+    OLMO2,
+    PHI3,
+    QWEN2,
+    QWEN3,
+    CausalLMMixin,
+    DecoderLayerRolesMixin,
+    DecoderStackMixin,
+    FreezeBaseMixin,
+    family_classes,
+)
+from .zoo_common import StatsAccumulator, register_scalar_parameters
 
 
 class LatentCache(DynamicCache):
@@ -131,9 +142,10 @@ class LatentProjection(nn.Linear):
         self.gain = gain
 
 
-class LatentDecoderLayerMixin:
+class LatentDecoderLayerMixin(DecoderLayerRolesMixin):
     """A stock decoder layer that can compress its output (`latent_down`, on a source layer) and add a gated
-    projection of a latent to its MLP output (`latent_up`, `latent_gate`, on a target layer)."""
+    projection of a latent to the output of its MLP branch `F_mlp` (`latent_up`, `latent_gate`, on a target layer):
+    `h + F_mlp(h) + sigmoid(g) * up(z)`, after the branch's post-norm and dropout in the families that have them."""
 
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)
@@ -162,12 +174,11 @@ class LatentDecoderLayerMixin:
         **kwargs,
     ) -> torch.Tensor:
         """The stock layer; with `latent` (`[rows, seq, latent_dim]`), `sigmoid(gate) * up(latent)` is added to the
-        MLP output of rows `latent_rows_from` onwards. `latent` is positional, beside `hidden_states`, because
-        reentrant gradient checkpointing passes gradients only to positional inputs: as a keyword its backward would
-        run into the (already used) graph of the stock pass that computed it."""
-        residual = hidden_states
-        hidden_states, _ = self.self_attn(
-            hidden_states=self.input_layernorm(hidden_states),
+        MLP branch's output of rows `latent_rows_from` onwards. `latent` is positional, beside `hidden_states`,
+        because reentrant gradient checkpointing passes gradients only to positional inputs: as a keyword its backward
+        would run into the (already used) graph of the stock pass that computed it."""
+        hidden_states = hidden_states + self.attention_branch(
+            hidden_states,
             attention_mask=attention_mask,
             position_ids=position_ids,
             past_key_values=past_key_values,
@@ -175,8 +186,7 @@ class LatentDecoderLayerMixin:
             position_embeddings=position_embeddings,
             **kwargs,
         )
-        hidden_states = residual + hidden_states
-        out = self.mlp(self.post_attention_layernorm(hidden_states))
+        out = self.mlp_branch(hidden_states)
         if latent is not None:
             out = self._inject(out, latent, latent_rows_from)
         return hidden_states + out
@@ -189,14 +199,6 @@ class LatentDecoderLayerMixin:
         if rows_from == 0:
             return out + adjustment
         return torch.cat((out[:rows_from], out[rows_from:] + adjustment))
-
-
-class Qwen3LatentDecoderLayer(LatentDecoderLayerMixin, Qwen3DecoderLayer):
-    pass
-
-
-class LlamaLatentDecoderLayer(LatentDecoderLayerMixin, LlamaDecoderLayer):
-    pass
 
 
 class LatentPreTrainedMixin(FreezeBaseMixin):
@@ -243,6 +245,8 @@ class LatentPreTrainedMixin(FreezeBaseMixin):
 class LatentModelMixin(LatentPreTrainedMixin, DecoderStackMixin):
     """The decoder stack with latent back-projection and its two passes."""
 
+    records_attentions = False  # two passes: there is no single set of attention weights
+
     def build_mechanism(self, config) -> None:
         pairs = config.latent_pairs
         self.source_pair = {s: p for p, (s, _) in enumerate(pairs)}
@@ -288,7 +292,7 @@ class LatentModelMixin(LatentPreTrainedMixin, DecoderStackMixin):
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
         inputs_embeds, cache, position_ids, masks, position_embeddings = self.prepare_inputs(
-            input_ids, inputs_embeds, attention_mask, position_ids, past_key_values, use_cache
+            input_ids, inputs_embeds, attention_mask, position_ids, past_key_values, use_cache, kwargs
         )
         seen = cache.get_seq_length() if cache is not None else 0
         run = _Run(
@@ -314,10 +318,10 @@ class LatentModelMixin(LatentPreTrainedMixin, DecoderStackMixin):
             hidden_states = run.batched_step(inputs_embeds)
         else:
             hidden_states = run.two_passes(inputs_embeds)
-        hidden_states = self.norm(hidden_states)
+        hidden_states = self.final_norm(hidden_states)
         if run.hidden is not None:
             run.hidden[-1] = hidden_states
-        return BaseModelOutputWithPast(
+        return self.family.output_class(
             last_hidden_state=hidden_states,
             past_key_values=cache if use_cache else None,
             hidden_states=tuple(run.hidden) if run.hidden is not None else None,
@@ -347,7 +351,7 @@ class _Run:
 
     def __init__(self, model, masks, position_embeddings, position_ids, cache, use_cache, token_mask, hidden, kwargs):
         self.model = model
-        self.layers = model.layers[: model.config.num_hidden_layers]
+        self.layers = model.stack_layers[: model.config.num_hidden_layers]
         self.layer_types = model.layer_types
         self.masks = masks
         self.position_embeddings = position_embeddings
@@ -363,7 +367,7 @@ class _Run:
             x,
             latent,
             attention_mask=(masks or self.masks)[self.layer_types[i]],
-            position_embeddings=position_embeddings or self.position_embeddings,
+            position_embeddings=(position_embeddings or self.position_embeddings)[self.layer_types[i]],
             position_ids=self.position_ids,
             past_key_values=self.cache if cached else None,
             use_cache=self.use_cache and cached,
@@ -496,45 +500,49 @@ class LatentForCausalLMMixin(LatentPreTrainedMixin, CausalLMMixin):
     """The stock causal-LM head on a latent model; `generate()` gets a `LatentCache`."""
 
 
-class Qwen3LatentModel(LatentModelMixin, Qwen3Model):
-    config_class = Qwen3LatentConfig
-    decoder_layer_class = Qwen3LatentDecoderLayer
-    norm_class = Qwen3RMSNorm
-    rotary_class = Qwen3RotaryEmbedding
-    _no_split_modules = ["Qwen3LatentDecoderLayer"]
-    _can_record_outputs = {}
+def _classes(family, name, config_class):
+    return family_classes(
+        family, name, config_class, LatentDecoderLayerMixin, LatentModelMixin, LatentForCausalLMMixin, module=__name__
+    )
 
 
-class Qwen3LatentForCausalLM(LatentForCausalLMMixin, Qwen3ForCausalLM, GenerationMixin):
-    config_class = Qwen3LatentConfig
-    base_class = Qwen3LatentModel
-    _no_split_modules = ["Qwen3LatentDecoderLayer"]
-
-
-class LlamaLatentModel(LatentModelMixin, LlamaModel):
-    config_class = LlamaLatentConfig
-    decoder_layer_class = LlamaLatentDecoderLayer
-    norm_class = LlamaRMSNorm
-    rotary_class = LlamaRotaryEmbedding
-    _no_split_modules = ["LlamaLatentDecoderLayer"]
-    _can_record_outputs = {}
-
-
-class LlamaLatentForCausalLM(LatentForCausalLMMixin, LlamaForCausalLM, GenerationMixin):
-    config_class = LlamaLatentConfig
-    base_class = LlamaLatentModel
-    _no_split_modules = ["LlamaLatentDecoderLayer"]
-
-
-register_for_auto_classes(Qwen3LatentConfig, AutoModel=Qwen3LatentModel, AutoModelForCausalLM=Qwen3LatentForCausalLM)
-register_for_auto_classes(LlamaLatentConfig, AutoModel=LlamaLatentModel, AutoModelForCausalLM=LlamaLatentForCausalLM)
+# one line per family: the roles are declared once in decoder_common
+Qwen3LatentDecoderLayer, Qwen3LatentModel, Qwen3LatentForCausalLM = _classes(QWEN3, "Qwen3Latent", Qwen3LatentConfig)
+LlamaLatentDecoderLayer, LlamaLatentModel, LlamaLatentForCausalLM = _classes(LLAMA, "LlamaLatent", LlamaLatentConfig)
+Qwen2LatentDecoderLayer, Qwen2LatentModel, Qwen2LatentForCausalLM = _classes(QWEN2, "Qwen2Latent", Qwen2LatentConfig)
+MistralLatentDecoderLayer, MistralLatentModel, MistralLatentForCausalLM = _classes(
+    MISTRAL, "MistralLatent", MistralLatentConfig
+)
+Phi3LatentDecoderLayer, Phi3LatentModel, Phi3LatentForCausalLM = _classes(PHI3, "Phi3Latent", Phi3LatentConfig)
+Olmo2LatentDecoderLayer, Olmo2LatentModel, Olmo2LatentForCausalLM = _classes(OLMO2, "Olmo2Latent", Olmo2LatentConfig)
+Gemma2LatentDecoderLayer, Gemma2LatentModel, Gemma2LatentForCausalLM = _classes(
+    GEMMA2, "Gemma2Latent", Gemma2LatentConfig
+)
+Gemma3TextLatentDecoderLayer, Gemma3TextLatentModel, Gemma3TextLatentForCausalLM = _classes(
+    GEMMA3_TEXT, "Gemma3TextLatent", Gemma3TextLatentConfig
+)
+GPT2LatentDecoderLayer, GPT2LatentModel, GPT2LatentForCausalLM = _classes(GPT2, "GPT2Latent", GPT2LatentConfig)
 # checkpoints saved with a 0-d `latent_gate` exist only for the families of that time
 register_scalar_parameters([Qwen3LatentConfig.model_type, LlamaLatentConfig.model_type], ["latent_gate"])
 
 __all__ = [
+    "Gemma2LatentForCausalLM",
+    "Gemma2LatentModel",
+    "Gemma3TextLatentForCausalLM",
+    "Gemma3TextLatentModel",
+    "GPT2LatentForCausalLM",
+    "GPT2LatentModel",
     "LatentCache",
     "LlamaLatentForCausalLM",
     "LlamaLatentModel",
+    "MistralLatentForCausalLM",
+    "MistralLatentModel",
+    "Olmo2LatentForCausalLM",
+    "Olmo2LatentModel",
+    "Phi3LatentForCausalLM",
+    "Phi3LatentModel",
+    "Qwen2LatentForCausalLM",
+    "Qwen2LatentModel",
     "Qwen3LatentForCausalLM",
     "Qwen3LatentModel",
 ]
