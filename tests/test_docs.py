@@ -46,8 +46,6 @@ STANDINS = {
 # snippet fails the suite until its entry is removed here (page name, first line of the block)
 FAILING_WHEN_WRITTEN = {
     ("attention_bridges.md", 68): "`tokenizer` is never defined",
-    ("hyper_connections.md", 134): "`inputs` is never defined",
-    ("latent.md", 77): "`inputs` is never defined",
 }
 BLOCKS = [(page, line, code) for page in PAGES for _, line, code in code_blocks(page.read_text(), ("python",))]
 

@@ -49,7 +49,7 @@ class BridgeFields(ZooConfigFields):
         hdim_value_fusion (`"concat_hadam"`, `"concat_only"` or `"concat_diff_hadam"`, defaults to
             `"concat_hadam"`): value MLP input `[ctx, H, ctx*H]`, `[ctx, H]` or `[ctx, H, ctx-H, ctx*H]`.
         hdim_value_hidden (`int`, *optional*): value MLP width; default `2 * max(128, hidden_size // 2)`.
-        hdim_value_act (`"relu"` or `"gelu"`, defaults to `"relu"`).
+        hdim_value_act (`"relu"` or `"gelu"`, defaults to `"relu"`): activation of the value MLP.
         hdim_value_residual (`float`, defaults to 0.0): adds `r * (ctx - H)` to the message (seed H18: 0.1).
         hdim_proj_norm (`bool`, defaults to `False`): LayerNorm on the D-dimensional projections.
         hdim_share_proj (`bool`, defaults to `False`): one projection for target and source tokens (seed H10).
@@ -67,7 +67,8 @@ class BridgeFields(ZooConfigFields):
             activations in backward instead of storing them (only the `B x S x S` logits are kept).
 
     Blending and injection (seed section 4):
-        gate_init_attn (`float`, defaults to 0.15), gate_init_hdim (`float`, defaults to 0.05): gate values at init.
+        gate_init_attn (`float`, defaults to 0.15): the QKV bridge's gate value at init.
+        gate_init_hdim (`float`, defaults to 0.05): the HDIM bridge's gate value at init.
         gate_activation (`"identity"` or `"softplus"`, defaults to `"identity"`): softplus keeps gates positive.
         gate_placement (`"pre_norm"` or `"post_norm"`, defaults to `"pre_norm"`): the seed gates the messages
             before the LayerNorm, where only their ratio survives the normalisation; `"post_norm"` normalises each
@@ -79,8 +80,10 @@ class BridgeFields(ZooConfigFields):
     Head:
         classifier_head (`"stock"` or `"seed"`, defaults to `"stock"`): the family's own head (loads stock head
             weights) or the seed's `LN -> Linear -> ReLU -> Dropout -> Linear` on the first token.
-        sep_token_id (`int`, *optional*), cls_token_id (`int`, *optional*): special tokens for separator segments
-            and special-token masks; default to the family's tokenizer ids.
+        sep_token_id (`int`, *optional*): the separator token for separator segments and special-token masks;
+            defaults to the family's tokenizer id.
+        cls_token_id (`int`, *optional*): the first special token for special-token masks; defaults to the
+            family's tokenizer id.
     """
 
     reload_options: ClassVar[frozenset[str]] = ZooConfigFields.reload_options | {

@@ -59,9 +59,10 @@ class LatentFields(ZooConfigFields):
             of the previous token's own latent-applied pass. Training cannot unroll that; it trains as
             `"previous_position"`, so generation differs from training (measured in docs/latent.md).
         latent_gate_init (`float`, defaults to 0.0): initial gate logit (sigmoid 0.5, as the seed).
-        latent_down_init_gain (`float`, defaults to 0.1) / latent_up_init_gain (`float`, defaults to 0.05): Xavier
-            gains of the down and up projections (the seed's). With `identity_init=True` the up projections start at
-            zero instead, so the converted model computes the stock function.
+        latent_down_init_gain (`float`, defaults to 0.1): Xavier gain of the down projections (the seed's).
+        latent_up_init_gain (`float`, defaults to 0.05): Xavier gain of the up projections (the seed's). With
+            `identity_init=True` the up projections start at zero instead, so the converted model computes the stock
+            function.
         freeze_base (`bool`, defaults to `True`): train only the latent projections and gates (the seed's setting).
     """
 
