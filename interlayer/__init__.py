@@ -8,9 +8,9 @@ from transformers import AutoConfig
 
 from .models.configuration_attention_bridge import BartBridgeConfig, MarianBridgeConfig
 from .models.configuration_bridge import BRIDGE_PRESETS, BertBridgeConfig, RobertaBridgeConfig, bridge_preset
-from .models.configuration_gated_gpt2 import GatedGPT2Config
 from .models.configuration_hyper_connections import LlamaMHCConfig, Qwen3MHCConfig
 from .models.configuration_latent import LlamaLatentConfig, Qwen3LatentConfig
+from .models.configuration_sentinel import GatedGPT2Config, GPT2SentinelConfig, LegacyGatedGPT2Config
 from .models.modeling_attention_bridge import (
     BartBridgeForConditionalGeneration,
     BartBridgeModel,
@@ -23,9 +23,9 @@ from .models.modeling_bridge import (
     RobertaBridgeForSequenceClassification,
     RobertaBridgeModel,
 )
-from .models.modeling_gated_gpt2 import GatedGPT2LMHeadModel, GatedGPT2Model
 from .models.modeling_hyper_connections import LlamaMHCForCausalLM, LlamaMHCModel, Qwen3MHCForCausalLM, Qwen3MHCModel
 from .models.modeling_latent import LlamaLatentForCausalLM, LlamaLatentModel, Qwen3LatentForCausalLM, Qwen3LatentModel
+from .models.modeling_sentinel import GatedGPT2LMHeadModel, GatedGPT2Model, GPT2SentinelLMHeadModel, GPT2SentinelModel
 from .zoo import ZOO, convert
 
 __version__ = "0.1.0"
@@ -33,6 +33,7 @@ __version__ = "0.1.0"
 for _entry in ZOO:
     AutoConfig.register(_entry.config_class.model_type, _entry.config_class, exist_ok=True)
     _entry.auto_class.register(_entry.config_class, _entry.model_class, exist_ok=True)
+AutoConfig.register(LegacyGatedGPT2Config.model_type, LegacyGatedGPT2Config, exist_ok=True)  # saved before the rename
 
 __all__ = [
     "BRIDGE_PRESETS",
@@ -42,6 +43,9 @@ __all__ = [
     "BertBridgeConfig",
     "BertBridgeForSequenceClassification",
     "BertBridgeModel",
+    "GPT2SentinelConfig",
+    "GPT2SentinelLMHeadModel",
+    "GPT2SentinelModel",
     "GatedGPT2Config",
     "GatedGPT2LMHeadModel",
     "GatedGPT2Model",

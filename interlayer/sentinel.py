@@ -1,5 +1,5 @@
 """Training-side tools for the sentinel-gated GPT-2 (seed 001): choosing heads to prune, the gate controller,
-progressive growth, and the gate heat-map. The model itself is `interlayer.models.modeling_gated_gpt2`."""
+progressive growth, and the gate heat-map. The model itself is `interlayer.models.modeling_sentinel`."""
 
 from __future__ import annotations
 

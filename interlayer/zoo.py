@@ -17,9 +17,9 @@ from transformers import (
 
 from .models.configuration_attention_bridge import BartBridgeConfig, MarianBridgeConfig
 from .models.configuration_bridge import BertBridgeConfig, RobertaBridgeConfig
-from .models.configuration_gated_gpt2 import GatedGPT2Config
 from .models.configuration_hyper_connections import LlamaMHCConfig, Qwen3MHCConfig
 from .models.configuration_latent import LlamaLatentConfig, Qwen3LatentConfig
+from .models.configuration_sentinel import GPT2SentinelConfig
 from .models.modeling_attention_bridge import (
     BartBridgeForConditionalGeneration,
     BartBridgeModel,
@@ -32,9 +32,9 @@ from .models.modeling_bridge import (
     RobertaBridgeForSequenceClassification,
     RobertaBridgeModel,
 )
-from .models.modeling_gated_gpt2 import GatedGPT2LMHeadModel, GatedGPT2Model
 from .models.modeling_hyper_connections import LlamaMHCForCausalLM, LlamaMHCModel, Qwen3MHCForCausalLM, Qwen3MHCModel
 from .models.modeling_latent import LlamaLatentForCausalLM, LlamaLatentModel, Qwen3LatentForCausalLM, Qwen3LatentModel
+from .models.modeling_sentinel import GPT2SentinelLMHeadModel, GPT2SentinelModel
 from .models.zoo_common import check_choice, check_option_names
 
 
@@ -67,8 +67,8 @@ ZOO: tuple[ZooEntry, ...] = (
         BertBridgeForSequenceClassification,
         AutoModelForSequenceClassification,
     ),
-    ZooEntry("sentinel", "gpt2", "base", GatedGPT2Config, GatedGPT2Model, AutoModel),
-    ZooEntry("sentinel", "gpt2", "causal-lm", GatedGPT2Config, GatedGPT2LMHeadModel, AutoModelForCausalLM),
+    ZooEntry("sentinel", "gpt2", "base", GPT2SentinelConfig, GPT2SentinelModel, AutoModel),
+    ZooEntry("sentinel", "gpt2", "causal-lm", GPT2SentinelConfig, GPT2SentinelLMHeadModel, AutoModelForCausalLM),
     ZooEntry("hyper-connections", "qwen3", "base", Qwen3MHCConfig, Qwen3MHCModel, AutoModel),
     ZooEntry("hyper-connections", "qwen3", "causal-lm", Qwen3MHCConfig, Qwen3MHCForCausalLM, AutoModelForCausalLM),
     ZooEntry("hyper-connections", "llama", "base", LlamaMHCConfig, LlamaMHCModel, AutoModel),

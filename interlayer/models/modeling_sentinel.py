@@ -34,11 +34,11 @@ from transformers.models.gpt2.modeling_gpt2 import (
 from transformers.pytorch_utils import Conv1D
 from transformers.utils.generic import can_return_tuple
 
-from .configuration_gated_gpt2 import GatedGPT2Config
+from .configuration_sentinel import GPT2SentinelConfig
 from .zoo_common import ZooModelMixin
 
 
-class GatedGPT2Attention(GPT2Attention):
+class GPT2SentinelAttention(GPT2Attention):
     """GPT-2 self-attention with one sentinel gate per head, and only the heads the config has not pruned.
 
     `sentinel_gate_logits` holds one logit per remaining head; `sentinel_head_mask` (0/1, saved with the model)
@@ -181,12 +181,12 @@ def unet_skip_scale(config, layer_idx: int) -> float:
     return float(config.unet_skip_scale) * (num_layers - layer_idx) / (num_layers // 2)
 
 
-class GatedGPT2Block(GPT2Block):
+class GPT2SentinelBlock(GPT2Block):
     """A stock GPT-2 block whose attention is gated; decoder-half blocks own a U-Net skip fusion on their output."""
 
     def __init__(self, config, layer_idx):
         super().__init__(config, layer_idx=layer_idx)
-        self.attn = GatedGPT2Attention(config, layer_idx)
+        self.attn = GPT2SentinelAttention(config, layer_idx)
         self.unet_source = unet_skip_source(config, layer_idx)
         self.unet_fuse = None
         if self.unet_source is not None:
@@ -202,7 +202,7 @@ class GatedGPT2Block(GPT2Block):
 
 
 @dataclass
-class GatedCausalLMOutput(ModelOutput):
+class SentinelCausalLMOutput(ModelOutput):
     """Causal-LM output; `loss` is `lm_loss + gate_l1_loss` when labels are given."""
 
     loss: torch.FloatTensor | None = None
@@ -213,18 +213,18 @@ class GatedCausalLMOutput(ModelOutput):
     gate_l1_loss: torch.FloatTensor | None = None
 
 
-class GatedGPT2PreTrainedMixin(ZooModelMixin):
+class SentinelPreTrainedMixin(ZooModelMixin):
     """Init, statistics and pruning shared by the gated GPT-2 models (put before `GPT2PreTrainedModel`)."""
 
-    config_class = GatedGPT2Config
+    config_class = GPT2SentinelConfig
     mechanism_name = "Sentinel gates"
     mechanism_param_markers = ("sentinel_", "unet_")
-    _no_split_modules = ["GatedGPT2Block"]
+    _no_split_modules = ["GPT2SentinelBlock"]
 
     @torch.no_grad()
     def _init_weights(self, module):
         super()._init_weights(module)
-        if isinstance(module, GatedGPT2Attention):
+        if isinstance(module, GPT2SentinelAttention):
             init.constant_(module.sentinel_gate_logits, float(self.config.sentinel_gate_init))
             init.ones_(module.sentinel_head_mask)
             init.copy_(module.head_ids, torch.tensor(self.config.heads_in_layer(module.layer_idx)))
@@ -234,7 +234,7 @@ class GatedGPT2PreTrainedMixin(ZooModelMixin):
             init.zeros_(module.bias)
 
     @property
-    def gated_attentions(self) -> list[GatedGPT2Attention]:
+    def gated_attentions(self) -> list[GPT2SentinelAttention]:
         return [block.attn for block in self.base_model.h]
 
     def gate_values(self) -> list[torch.Tensor]:
@@ -302,16 +302,16 @@ class GatedGPT2PreTrainedMixin(ZooModelMixin):
         return out
 
 
-class GatedGPT2Model(GatedGPT2PreTrainedMixin, GPT2Model):
+class GPT2SentinelModel(SentinelPreTrainedMixin, GPT2Model):
     """GPT-2 with sentinel-gated attention and optional U-Net skips. Stock embeddings, blocks, final norm."""
 
-    def __init__(self, config: GatedGPT2Config):
+    def __init__(self, config: GPT2SentinelConfig):
         PreTrainedModel.__init__(self, config)
         self.embed_dim = config.hidden_size
         self.wte = nn.Embedding(config.vocab_size, self.embed_dim)
         self.wpe = nn.Embedding(config.max_position_embeddings, self.embed_dim)
         self.drop = nn.Dropout(config.embd_pdrop)
-        self.h = nn.ModuleList([GatedGPT2Block(config, layer_idx=i) for i in range(config.num_hidden_layers)])
+        self.h = nn.ModuleList([GPT2SentinelBlock(config, layer_idx=i) for i in range(config.num_hidden_layers)])
         self.ln_f = nn.LayerNorm(self.embed_dim, eps=config.layer_norm_epsilon)
         self.gradient_checkpointing = False
         self.post_init()
@@ -382,18 +382,18 @@ class GatedGPT2Model(GatedGPT2PreTrainedMixin, GPT2Model):
         )
 
 
-class GatedGPT2LMHeadModel(GatedGPT2PreTrainedMixin, GPT2PreTrainedModel, GenerationMixin):
-    """Causal LM on [`GatedGPT2Model`], weights tied like stock GPT-2; the loss adds the gates' L1 pressure."""
+class GPT2SentinelLMHeadModel(SentinelPreTrainedMixin, GPT2PreTrainedModel, GenerationMixin):
+    """Causal LM on [`GPT2SentinelModel`], weights tied like stock GPT-2; the loss adds the gates' L1 pressure."""
 
     _tied_weights_keys = {"lm_head.weight": "transformer.wte.weight"}
     pipeline_tag = "text-generation"
     # the LM loss normalises by `num_items_in_batch` itself
     accepts_loss_kwargs = True
 
-    def __init__(self, config: GatedGPT2Config):
+    def __init__(self, config: GPT2SentinelConfig):
         PreTrainedModel.__init__(self, config)
         self.loss_type = "ForCausalLM"
-        self.transformer = GatedGPT2Model(config)
+        self.transformer = GPT2SentinelModel(config)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.post_init()
 
@@ -415,7 +415,7 @@ class GatedGPT2LMHeadModel(GatedGPT2PreTrainedMixin, GPT2PreTrainedModel, Genera
         output_hidden_states: bool | None = None,
         logits_to_keep: int | torch.Tensor = 0,
         **kwargs,
-    ) -> GatedCausalLMOutput:
+    ) -> SentinelCausalLMOutput:
         loss_kwargs = {k: kwargs.pop(k) for k in ("num_items_in_batch", "ignore_index", "shift_labels") if k in kwargs}
         outputs = self.transformer(
             input_ids,
@@ -442,7 +442,7 @@ class GatedGPT2LMHeadModel(GatedGPT2PreTrainedMixin, GPT2PreTrainedModel, Genera
                 targets = labels[..., 1:] if targets is None else targets
                 l1 = l1 * (targets != -100).sum() / num_items
             loss = lm_loss + l1
-        return GatedCausalLMOutput(
+        return SentinelCausalLMOutput(
             loss=loss,
             logits=logits,
             past_key_values=outputs.past_key_values,
@@ -452,8 +452,19 @@ class GatedGPT2LMHeadModel(GatedGPT2PreTrainedMixin, GPT2PreTrainedModel, Genera
         )
 
 
-GatedGPT2Config.register_for_auto_class()
-GatedGPT2Model.register_for_auto_class("AutoModel")
-GatedGPT2LMHeadModel.register_for_auto_class("AutoModelForCausalLM")
+GPT2SentinelConfig.register_for_auto_class()
+GPT2SentinelModel.register_for_auto_class("AutoModel")
+GPT2SentinelLMHeadModel.register_for_auto_class("AutoModelForCausalLM")
 
-__all__ = ["GatedGPT2Model", "GatedGPT2LMHeadModel", "GatedCausalLMOutput", "GatedGPT2Attention"]
+# the names the GPT-2 classes had before the rename, still documented and importable
+GatedGPT2Model = GPT2SentinelModel
+GatedGPT2LMHeadModel = GPT2SentinelLMHeadModel
+
+__all__ = [
+    "GPT2SentinelModel",
+    "GPT2SentinelLMHeadModel",
+    "GatedGPT2Model",
+    "GatedGPT2LMHeadModel",
+    "SentinelCausalLMOutput",
+    "GPT2SentinelAttention",
+]

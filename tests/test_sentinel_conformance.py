@@ -2,7 +2,7 @@
 
 from gpt2_fixtures import TINY_GPT2, build_bert, build_stock_gpt2, lm_batch, lm_labels
 
-from interlayer import GatedGPT2LMHeadModel
+from interlayer import GPT2SentinelLMHeadModel
 from interlayer.testing import ConformanceCase, ConformanceSuite
 
 SENTINEL_CONFIG_ERRORS = [
@@ -14,11 +14,11 @@ SENTINEL_CONFIG_ERRORS = [
 ]
 
 
-class TestGatedGPT2Conformance(ConformanceSuite):
+class TestGPT2SentinelConformance(ConformanceSuite):
     def make_case(self):
         return ConformanceCase(
             build_stock=build_stock_gpt2,
-            model_class=GatedGPT2LMHeadModel,
+            model_class=GPT2SentinelLMHeadModel,
             auto_class_name="AutoModelForCausalLM",
             active_options=dict(identity_init=False, unet_skips=True),
             more_identity_options=[dict(unet_skips=True)],

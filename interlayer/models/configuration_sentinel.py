@@ -1,4 +1,4 @@
-"""Configuration of the sentinel-gated GPT-2 (seed 001)."""
+"""Configurations of the sentinel-gated models (seed 001)."""
 
 import dataclasses
 from typing import ClassVar
@@ -47,12 +47,20 @@ class SentinelFields(ZooConfigFields):
 
 
 @zoo_config
-class GatedGPT2Config(ZooConfigMixin, GPT2Config, SentinelFields):
-    r"""Configuration of [`GatedGPT2Model`]: every [`GPT2Config`] field plus the sentinel options of
+class GPT2SentinelConfig(ZooConfigMixin, GPT2Config, SentinelFields):
+    r"""Configuration of [`GPT2SentinelModel`]: every [`GPT2Config`] field plus the sentinel options of
     [`SentinelFields`]. Converts checkpoints of model_type `gpt2`."""
 
-    model_type = "gated_gpt2"
+    model_type = "gpt2_sentinel"
     stock_model_types = ("gpt2",)
+    # the model type this class had before the mechanism's files were named `sentinel`: a folder saved then loads
+    legacy_model_types: ClassVar[tuple[str, ...]] = ("gated_gpt2",)
+
+    @classmethod
+    def from_dict(cls, config_dict, **kwargs):
+        if config_dict.get("model_type") in cls.legacy_model_types:
+            config_dict = {**config_dict, "model_type": cls.model_type}
+        return super().from_dict(config_dict, **kwargs)
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
@@ -65,4 +73,19 @@ class GatedGPT2Config(ZooConfigMixin, GPT2Config, SentinelFields):
         return [h for h in range(self.num_attention_heads) if h not in removed]
 
 
-__all__ = ["GatedGPT2Config", "SentinelFields"]
+class LegacyGatedGPT2Config(GPT2SentinelConfig):
+    """The model type `gated_gpt2` of models saved before the rename, for `AutoConfig` in-process: it reads such a
+    config.json as a [`GPT2SentinelConfig`] (so the Auto model classes pick the current classes, and a save writes
+    the current model type)."""
+
+    model_type = "gated_gpt2"
+
+    @classmethod
+    def from_dict(cls, config_dict, **kwargs):
+        return GPT2SentinelConfig.from_dict(config_dict, **kwargs)
+
+
+# the names the GPT-2 classes had before the rename, still documented and importable
+GatedGPT2Config = GPT2SentinelConfig
+
+__all__ = ["GPT2SentinelConfig", "GatedGPT2Config", "LegacyGatedGPT2Config", "SentinelFields"]
