@@ -10,7 +10,13 @@ from .models.configuration_attention_bridge import BartBridgeConfig, MarianBridg
 from .models.configuration_bridge import BRIDGE_PRESETS, BertBridgeConfig, RobertaBridgeConfig, bridge_preset
 from .models.configuration_hyper_connections import LlamaMHCConfig, Qwen3MHCConfig
 from .models.configuration_latent import LlamaLatentConfig, Qwen3LatentConfig
-from .models.configuration_sentinel import GatedGPT2Config, GPT2SentinelConfig, LegacyGatedGPT2Config
+from .models.configuration_sentinel import (
+    GatedGPT2Config,
+    GPT2SentinelConfig,
+    LegacyGatedGPT2Config,
+    LlamaSentinelConfig,
+    Qwen3SentinelConfig,
+)
 from .models.modeling_attention_bridge import (
     BartBridgeForConditionalGeneration,
     BartBridgeModel,
@@ -25,7 +31,16 @@ from .models.modeling_bridge import (
 )
 from .models.modeling_hyper_connections import LlamaMHCForCausalLM, LlamaMHCModel, Qwen3MHCForCausalLM, Qwen3MHCModel
 from .models.modeling_latent import LlamaLatentForCausalLM, LlamaLatentModel, Qwen3LatentForCausalLM, Qwen3LatentModel
-from .models.modeling_sentinel import GatedGPT2LMHeadModel, GatedGPT2Model, GPT2SentinelLMHeadModel, GPT2SentinelModel
+from .models.modeling_sentinel import (
+    GatedGPT2LMHeadModel,
+    GatedGPT2Model,
+    GPT2SentinelLMHeadModel,
+    GPT2SentinelModel,
+    LlamaSentinelForCausalLM,
+    LlamaSentinelModel,
+    Qwen3SentinelForCausalLM,
+    Qwen3SentinelModel,
+)
 from .zoo import ZOO, convert
 
 __version__ = "0.1.0"
@@ -55,6 +70,9 @@ __all__ = [
     "LlamaMHCConfig",
     "LlamaMHCForCausalLM",
     "LlamaMHCModel",
+    "LlamaSentinelConfig",
+    "LlamaSentinelForCausalLM",
+    "LlamaSentinelModel",
     "MarianBridgeConfig",
     "MarianBridgeForConditionalGeneration",
     "MarianBridgeModel",
@@ -64,6 +82,9 @@ __all__ = [
     "Qwen3MHCConfig",
     "Qwen3MHCForCausalLM",
     "Qwen3MHCModel",
+    "Qwen3SentinelConfig",
+    "Qwen3SentinelForCausalLM",
+    "Qwen3SentinelModel",
     "RobertaBridgeConfig",
     "RobertaBridgeForSequenceClassification",
     "RobertaBridgeModel",

@@ -1,4 +1,4 @@
-"""Training-side tools for the sentinel-gated GPT-2 (seed 001): choosing heads to prune, the gate controller,
+"""Training-side tools for the sentinel-gated models (seed 001): choosing heads to prune, the gate controller,
 progressive growth, and the gate heat-map. The model itself is `interlayer.models.modeling_sentinel`."""
 
 from __future__ import annotations
@@ -51,16 +51,10 @@ def head_entropy(model, batches: Iterable[dict]) -> list[torch.Tensor]:
     return [s / max(tokens, 1.0) for s in sums]
 
 
-@torch.no_grad()
 def head_magnitude(model) -> list[torch.Tensor]:
-    """Norm of each head's own weights: its query/key/value columns of `c_attn` and its rows of `c_proj`."""
-    out = []
-    for a in _attentions(model):
-        w = a.c_attn.weight.view(a.embed_dim, 3, a.num_heads, a.head_dim)
-        qkv = w.pow(2).sum(dim=(0, 1, 3))
-        proj = a.c_proj.weight.view(a.num_heads, a.head_dim, a.embed_dim).pow(2).sum(dim=(1, 2))
-        out.append((qkv + proj).sqrt().float().cpu())
-    return out
+    """Norm of each head's own weights (its query, key and value weights and its part of the output projection;
+    a key/value head shared by a group counts for each head of the group): `model.head_weight_norms()`."""
+    return _unwrap(model).head_weight_norms()
 
 
 def mask_gradient(model, batches: Iterable[dict], absolute: bool = True) -> list[torch.Tensor]:

@@ -19,7 +19,7 @@ from .models.configuration_attention_bridge import BartBridgeConfig, MarianBridg
 from .models.configuration_bridge import BertBridgeConfig, RobertaBridgeConfig
 from .models.configuration_hyper_connections import LlamaMHCConfig, Qwen3MHCConfig
 from .models.configuration_latent import LlamaLatentConfig, Qwen3LatentConfig
-from .models.configuration_sentinel import GPT2SentinelConfig
+from .models.configuration_sentinel import GPT2SentinelConfig, LlamaSentinelConfig, Qwen3SentinelConfig
 from .models.modeling_attention_bridge import (
     BartBridgeForConditionalGeneration,
     BartBridgeModel,
@@ -34,7 +34,14 @@ from .models.modeling_bridge import (
 )
 from .models.modeling_hyper_connections import LlamaMHCForCausalLM, LlamaMHCModel, Qwen3MHCForCausalLM, Qwen3MHCModel
 from .models.modeling_latent import LlamaLatentForCausalLM, LlamaLatentModel, Qwen3LatentForCausalLM, Qwen3LatentModel
-from .models.modeling_sentinel import GPT2SentinelLMHeadModel, GPT2SentinelModel
+from .models.modeling_sentinel import (
+    GPT2SentinelLMHeadModel,
+    GPT2SentinelModel,
+    LlamaSentinelForCausalLM,
+    LlamaSentinelModel,
+    Qwen3SentinelForCausalLM,
+    Qwen3SentinelModel,
+)
 from .models.zoo_common import check_choice, check_option_names
 
 
@@ -69,6 +76,10 @@ ZOO: tuple[ZooEntry, ...] = (
     ),
     ZooEntry("sentinel", "gpt2", "base", GPT2SentinelConfig, GPT2SentinelModel, AutoModel),
     ZooEntry("sentinel", "gpt2", "causal-lm", GPT2SentinelConfig, GPT2SentinelLMHeadModel, AutoModelForCausalLM),
+    ZooEntry("sentinel", "llama", "base", LlamaSentinelConfig, LlamaSentinelModel, AutoModel),
+    ZooEntry("sentinel", "llama", "causal-lm", LlamaSentinelConfig, LlamaSentinelForCausalLM, AutoModelForCausalLM),
+    ZooEntry("sentinel", "qwen3", "base", Qwen3SentinelConfig, Qwen3SentinelModel, AutoModel),
+    ZooEntry("sentinel", "qwen3", "causal-lm", Qwen3SentinelConfig, Qwen3SentinelForCausalLM, AutoModelForCausalLM),
     ZooEntry("hyper-connections", "qwen3", "base", Qwen3MHCConfig, Qwen3MHCModel, AutoModel),
     ZooEntry("hyper-connections", "qwen3", "causal-lm", Qwen3MHCConfig, Qwen3MHCForCausalLM, AutoModelForCausalLM),
     ZooEntry("hyper-connections", "llama", "base", LlamaMHCConfig, LlamaMHCModel, AutoModel),

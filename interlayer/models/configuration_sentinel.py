@@ -3,7 +3,7 @@
 import dataclasses
 from typing import ClassVar
 
-from transformers import GPT2Config
+from transformers import GPT2Config, LlamaConfig, Qwen3Config
 
 from .zoo_common import ZooConfigFields, ZooConfigMixin, check_range, zoo_config
 
@@ -25,7 +25,7 @@ class SentinelFields(ZooConfigFields):
         unet_skip_scale (`float`, defaults to 0.1): the skip factor of the first decoder layer; deeper layers get
             less, `s_i = unet_skip_scale * (L - i) / floor(L/2)` (the seed's depth-scaled skips, 0.01 to 0.1).
         identity_init (`bool`, defaults to `True`): gates are `sigmoid(logit) / sigmoid(sentinel_gate_init)`, exactly
-            1 at conversion, so the model computes stock GPT-2; `False` uses the seed's raw `sigmoid(logit)`.
+            1 at conversion, so the model computes the stock model; `False` uses the seed's raw `sigmoid(logit)`.
     """
 
     reload_options: ClassVar[frozenset[str]] = ZooConfigFields.reload_options | {"gate_l1"}
@@ -38,6 +38,11 @@ class SentinelFields(ZooConfigFields):
     unet_skip_scale: float | int = 0.1
 
     def validate_sentinel(self):
+        if self.unet_skips and not getattr(self, "unet_skips_apply", True):
+            raise ValueError(
+                f"unet_skips=True does not apply to the {self.sentinel_family} family: U-Net skips join the first "
+                "half of a decoder's layers to the second; set unet_skips=False."
+            )
         check_range("gate_l1", self.gate_l1, 0)
         check_range("unet_skip_scale", self.unet_skip_scale, 0)
         for layer, heads in (self.pruned_heads or {}).items():
@@ -46,13 +51,42 @@ class SentinelFields(ZooConfigFields):
                 check_range(f"pruned_heads[{layer}] head", head, 0, self.num_attention_heads - 1)
 
 
+class SentinelConfigMixin:
+    """Head bookkeeping shared by the sentinel configs (first among a config's bases): which query heads and which
+    key/value heads each layer still has. A key/value head goes only when every query head of its group is pruned."""
+
+    sentinel_family: ClassVar[str] = ""
+    unet_skips_apply: ClassVar[bool] = True
+
+    def __post_init__(self, **kwargs):
+        super().__post_init__(**kwargs)
+        # JSON turns integer keys into strings; keep one canonical form
+        self.pruned_heads = {int(k): sorted(int(h) for h in v) for k, v in (self.pruned_heads or {}).items() if v}
+
+    @property
+    def num_kv_heads(self) -> int:
+        """Key/value heads of an unpruned layer (the query heads for multi-head attention)."""
+        return getattr(self, "num_key_value_heads", None) or self.num_attention_heads
+
+    def heads_in_layer(self, layer: int) -> list[int]:
+        """Original indices of the query heads layer `layer` still has."""
+        removed = set(self.pruned_heads.get(layer, ()))
+        return [h for h in range(self.num_attention_heads) if h not in removed]
+
+    def kv_heads_in_layer(self, layer: int) -> list[int]:
+        """Original indices of the key/value heads layer `layer` still has: those with a query head left."""
+        group = self.num_attention_heads // self.num_kv_heads
+        return sorted({h // group for h in self.heads_in_layer(layer)})
+
+
 @zoo_config
-class GPT2SentinelConfig(ZooConfigMixin, GPT2Config, SentinelFields):
+class GPT2SentinelConfig(SentinelConfigMixin, ZooConfigMixin, GPT2Config, SentinelFields):
     r"""Configuration of [`GPT2SentinelModel`]: every [`GPT2Config`] field plus the sentinel options of
     [`SentinelFields`]. Converts checkpoints of model_type `gpt2`."""
 
     model_type = "gpt2_sentinel"
     stock_model_types = ("gpt2",)
+    sentinel_family = "gpt2"
     # the model type this class had before the mechanism's files were named `sentinel`: a folder saved then loads
     legacy_model_types: ClassVar[tuple[str, ...]] = ("gated_gpt2",)
 
@@ -62,15 +96,26 @@ class GPT2SentinelConfig(ZooConfigMixin, GPT2Config, SentinelFields):
             config_dict = {**config_dict, "model_type": cls.model_type}
         return super().from_dict(config_dict, **kwargs)
 
-    def __post_init__(self, **kwargs):
-        super().__post_init__(**kwargs)
-        # JSON turns integer keys into strings; keep one canonical form
-        self.pruned_heads = {int(k): sorted(int(h) for h in v) for k, v in (self.pruned_heads or {}).items() if v}
 
-    def heads_in_layer(self, layer: int) -> list[int]:
-        """Original indices of the heads layer `layer` still has."""
-        removed = set(self.pruned_heads.get(layer, ()))
-        return [h for h in range(self.num_attention_heads) if h not in removed]
+@zoo_config
+class LlamaSentinelConfig(SentinelConfigMixin, ZooConfigMixin, LlamaConfig, SentinelFields):
+    r"""Configuration of [`LlamaSentinelModel`]: every [`LlamaConfig`] field plus the sentinel options of
+    [`SentinelFields`]. Converts checkpoints of model_type `llama` (grouped-query attention: the gates are per query
+    head)."""
+
+    model_type = "llama_sentinel"
+    stock_model_types = ("llama",)
+    sentinel_family = "llama"
+
+
+@zoo_config
+class Qwen3SentinelConfig(SentinelConfigMixin, ZooConfigMixin, Qwen3Config, SentinelFields):
+    r"""Configuration of [`Qwen3SentinelModel`]: every [`Qwen3Config`] field plus the sentinel options of
+    [`SentinelFields`]. Converts checkpoints of model_type `qwen3`."""
+
+    model_type = "qwen3_sentinel"
+    stock_model_types = ("qwen3",)
+    sentinel_family = "qwen3"
 
 
 class LegacyGatedGPT2Config(GPT2SentinelConfig):
@@ -88,4 +133,12 @@ class LegacyGatedGPT2Config(GPT2SentinelConfig):
 # the names the GPT-2 classes had before the rename, still documented and importable
 GatedGPT2Config = GPT2SentinelConfig
 
-__all__ = ["GPT2SentinelConfig", "GatedGPT2Config", "LegacyGatedGPT2Config", "SentinelFields"]
+__all__ = [
+    "GPT2SentinelConfig",
+    "GatedGPT2Config",
+    "LegacyGatedGPT2Config",
+    "LlamaSentinelConfig",
+    "Qwen3SentinelConfig",
+    "SentinelConfigMixin",
+    "SentinelFields",
+]

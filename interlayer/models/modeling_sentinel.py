@@ -1,17 +1,24 @@
-"""Sentinel-gated GPT-2 (seed 001): a learnable gate per attention head, L1 pressure on the gates, structural head
-pruning, and U-Net skips from the first half of the layers to the second.
+"""Sentinel gates (seed 001): a learnable gate per attention head, L1 pressure on the gates, structural head
+pruning, and U-Net skips from the first half of a decoder's layers to the second; on GPT-2 and on the Llama family
+(Llama, Qwen3: grouped-query attention).
 
-Every stock weight keeps its stock name and layout (fused `c_attn`, `c_proj`), so a stock GPT-2 checkpoint loads
-with nothing missing. The gate of head h scales that head's attention output before `c_proj`:
-`c_proj(concat_h g_h * softmax(q_h k_h^T / sqrt(d)) v_h)` (seed section 2.1). With `identity_init=True` every gate
-is exactly 1 at conversion and the model is stock GPT-2. The mechanism's own tensors are named `sentinel_*` (gates,
-head mask) and `unet_*` (skip fusions).
+Every stock weight keeps its stock name and layout, so a stock checkpoint loads with nothing missing. The gate of
+query head h scales that head's attention output before the output projection:
+`o_proj(concat_h g_h * softmax(q_h k_{kv(h)}^T / sqrt(d)) v_{kv(h)})` (seed section 2.1). With `identity_init=True`
+every gate is exactly 1 at conversion and the model is the stock model. The mechanism's own tensors are named
+`sentinel_*` (gates, head mask) and `unet_*` (skip fusions).
 
-Reading order: the gated attention, the block, the pre-trained base class, the base model, the LM head.
+The mechanism is written once against the roles a family's attention plays (`SentinelRoles`: which module carries
+the gates, which projections hold the heads' weights and how); a family is a short declaration of those roles plus
+its attention forward, which calls `SentinelGates.attend` where the stock forward calls the attention function.
+
+Reading order: the roles and the weight surgery, the gates, the U-Net skips, each family's attention and layer,
+the pre-trained mixin (statistics, pruning), the models and LM heads.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 
@@ -29,38 +36,126 @@ from transformers.models.gpt2.modeling_gpt2 import (
     GPT2Block,
     GPT2Model,
     GPT2PreTrainedModel,
-    eager_attention_forward,
+)
+from transformers.models.gpt2.modeling_gpt2 import eager_attention_forward as gpt2_eager_attention_forward
+from transformers.models.llama.modeling_llama import (
+    LlamaAttention,
+    LlamaDecoderLayer,
+    LlamaForCausalLM,
+    LlamaModel,
+    LlamaRMSNorm,
+    LlamaRotaryEmbedding,
+    apply_rotary_pos_emb,
+)
+from transformers.models.llama.modeling_llama import eager_attention_forward as llama_eager_attention_forward
+from transformers.models.qwen3.modeling_qwen3 import (
+    Qwen3Attention,
+    Qwen3DecoderLayer,
+    Qwen3ForCausalLM,
+    Qwen3Model,
+    Qwen3RMSNorm,
+    Qwen3RotaryEmbedding,
 )
 from transformers.pytorch_utils import Conv1D
 from transformers.utils.generic import can_return_tuple
 
-from .configuration_sentinel import GPT2SentinelConfig
+from .configuration_sentinel import GPT2SentinelConfig, LlamaSentinelConfig, Qwen3SentinelConfig
+from .decoder_common import CausalLMMixin, DecoderStackMixin
 from .zoo_common import ZooModelMixin
 
 
-class GPT2SentinelAttention(GPT2Attention):
-    """GPT-2 self-attention with one sentinel gate per head, and only the heads the config has not pruned.
+@dataclass(frozen=True)
+class SentinelRoles:
+    """Where a family's layer keeps what the mechanism acts on, as module paths inside one layer (block).
 
-    `sentinel_gate_logits` holds one logit per remaining head; `sentinel_head_mask` (0/1, saved with the model)
-    switches heads off without removing them (the controller's "masked" state). `head_ids` are the original
-    indices of the remaining heads.
+    Attributes:
+        attention: the module that carries the gates (a `SentinelGates`) and computes the heads' outputs.
+        qkv: the projections whose output features are grouped by head: one fused module whose outputs are
+            `[query heads | key heads | value heads]` (GPT-2's `c_attn`), or the query, key and value modules.
+        out: the output projection, whose input features are grouped by query head.
     """
 
-    def __init__(self, config, layer_idx):
-        super().__init__(config, is_cross_attention=False, layer_idx=layer_idx)
-        heads = config.heads_in_layer(layer_idx)
-        self.num_heads = len(heads)
-        self.split_size = self.num_heads * self.head_dim
-        if self.num_heads != config.num_attention_heads:
-            self.c_attn = Conv1D(3 * self.split_size, self.embed_dim)
-            self.c_proj = Conv1D(self.embed_dim, self.split_size)
+    attention: str
+    qkv: tuple[str, ...]
+    out: str
+
+
+def _head_features(heads: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """The feature indices of the given head positions in a projection grouped by head."""
+    return (heads[:, None] * head_dim + torch.arange(head_dim, device=heads.device)).flatten()
+
+
+def _feature_dims(module: nn.Module) -> tuple[int, int]:
+    """(output-feature dim, input-feature dim) of a projection's weight: `nn.Linear` (out, in), `Conv1D` (in, out)."""
+    if isinstance(module, Conv1D):
+        return 1, 0
+    if isinstance(module, nn.Linear):
+        return 0, 1
+    raise TypeError(f"sentinel pruning handles nn.Linear and Conv1D projections, got {type(module).__name__}")
+
+
+@torch.no_grad()
+def select_features(module: nn.Module, index: torch.Tensor, side: str) -> nn.Module:
+    """A copy of a projection keeping only the output (`side="out"`) or input (`side="in"`) features `index`: the
+    same class, dtype and device, the kept weights copied (the bias follows the output features)."""
+    out_dim, in_dim = _feature_dims(module)
+    dim = out_dim if side == "out" else in_dim
+    new = copy.copy(module)
+    new._parameters = dict(module._parameters)
+    new.weight = nn.Parameter(module.weight.index_select(dim, index).clone(), module.weight.requires_grad)
+    if side == "out" and module.bias is not None:
+        new.bias = nn.Parameter(module.bias.index_select(0, index).clone(), module.bias.requires_grad)
+    size = len(index)
+    if isinstance(module, Conv1D):
+        new.nf = size if side == "out" else module.nf
+        new.nx = size if side == "in" else module.nx
+    else:
+        new.out_features = size if side == "out" else module.out_features
+        new.in_features = size if side == "in" else module.in_features
+    return new
+
+
+def _replace(root: nn.Module, path: str, module: nn.Module) -> None:
+    parent, _, name = path.rpartition(".")
+    setattr(root.get_submodule(parent) if parent else root, name, module)
+
+
+class SentinelGates:
+    """The gates of one attention module (mixed into a family's attention class, before the stock class).
+
+    `sentinel_gate_logits` holds one logit per remaining query head; `sentinel_head_mask` (0/1, saved with the
+    model) switches heads off without removing them (the controller's "masked" state). `head_ids` are the original
+    indices of the remaining query heads, `kv_head_ids` those of the remaining key/value heads. While every
+    remaining group of query heads has the same size the stock grouped attention runs; once pruning leaves groups of
+    different sizes, each query head gets its own copy of its group's key and value (`kv_for_head`), after the
+    cache, so the cache keeps only the remaining key/value heads.
+    """
+
+    def setup_sentinel(self, config, layer_idx: int) -> None:
+        heads, kv_heads = config.heads_in_layer(layer_idx), config.kv_heads_in_layer(layer_idx)
+        self.sentinel_group = config.num_attention_heads // config.num_kv_heads
         self.register_buffer("head_ids", torch.tensor(heads, dtype=torch.long), persistent=False)
-        self.sentinel_gate_logits = nn.Parameter(torch.empty(self.num_heads))
-        self.register_buffer("sentinel_head_mask", torch.ones(self.num_heads))
+        self.register_buffer("kv_head_ids", torch.tensor(kv_heads, dtype=torch.long), persistent=False)
+        self.register_buffer("kv_for_head", torch.zeros(len(heads), dtype=torch.long), persistent=False)
+        self.sentinel_gate_logits = nn.Parameter(torch.empty(len(heads)))
+        self.register_buffer("sentinel_head_mask", torch.ones(len(heads)))
         self.gate_scale = 1.0 / (1.0 + math.exp(-config.sentinel_gate_init)) if config.identity_init else 1.0
         self.measure_entropy = False
         self.last_entropy: torch.Tensor | None = None
         self.last_entropy_tokens: torch.Tensor | None = None
+        self._set_head_counts(heads, kv_heads)
+
+    def _set_head_counts(self, heads: list[int], kv_heads: list[int]) -> None:
+        """Head counts and the grouping after construction or pruning; `kv_for_head` is filled by `_init_weights`
+        (construction) or `resize_heads` (pruning)."""
+        self.num_heads, self.num_kv_heads = len(heads), len(kv_heads)
+        sizes = [sum(h // self.sentinel_group == kv for h in heads) for kv in kv_heads]
+        self.uniform_groups = len(set(sizes)) <= 1
+        self.num_key_value_groups = sizes[0] if self.uniform_groups and sizes else 1
+
+    def kv_positions(self) -> torch.Tensor:
+        """For each remaining query head, the position of its key/value head among the remaining ones."""
+        return torch.searchsorted(self.kv_head_ids, self.head_ids // self.sentinel_group)
 
     def learned_gates(self) -> torch.Tensor:
         """sigmoid(logit_h) (divided by its initial value under identity_init): the gate without the head mask."""
@@ -70,14 +165,38 @@ class GPT2SentinelAttention(GPT2Attention):
         """g_h = the learned gate times the head mask (0 for a masked head)."""
         return self.learned_gates() * self.sentinel_head_mask
 
+    def no_heads(self, out_projection: nn.Module, hidden_states: torch.Tensor, past_key_values) -> torch.Tensor:
+        """The attention output of a layer whose every head is pruned: the output projection of nothing, its bias
+        (or zeros); the cache still advances, with no heads."""
+        batch, seq = hidden_states.shape[:2]
+        if past_key_values is not None:
+            empty = hidden_states.new_zeros(batch, 0, seq, self.head_dim)
+            past_key_values.update(empty, empty, self.layer_idx)
+        if out_projection.bias is None:
+            return torch.zeros_like(hidden_states)
+        return out_projection.bias.expand(batch, seq, -1)
+
+    def attend(self, query, key, value, attention_mask, eager_fallback, **kwargs):
+        """The stock attention function on (batch, heads, seq, head_dim) states, then the gates: returns the heads'
+        outputs `(batch, seq, heads, head_dim)` scaled by their gates, and the attention weights."""
+        if not self.uniform_groups:
+            key, value = key.index_select(1, self.kv_for_head), value.index_select(1, self.kv_for_head)
+        attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_fallback)
+        attn_output, attn_weights = attention_interface(self, query, key, value, attention_mask, **kwargs)
+        if self.measure_entropy:
+            self.last_entropy = self._entropy(query, key, attention_mask, kwargs.get("scaling", self.scaling))
+        # seed section 2.1: head h's output scaled by its gate before the output projection
+        return attn_output * self.gates().view(1, 1, -1, 1).to(attn_output.dtype), attn_weights
+
     @torch.no_grad()
-    def _entropy(self, query, key, attention_mask) -> torch.Tensor:
-        """Mean attention entropy per head (nats) over the real query tokens, for the controller; computed only when
-        asked for. Masked key positions get no probability; query positions that are padding are left out of the
-        mean. A query is padding when the mask hides its own key position (causal attention always allows it for a
-        real token), which holds for right and left padding and with a cache. The number of real queries is kept
-        in `last_entropy_tokens` for averaging over batches."""
-        scores = query @ key.transpose(-1, -2) * self.scaling
+    def _entropy(self, query, key, attention_mask, scaling) -> torch.Tensor:
+        """Mean attention entropy per query head (nats) over the real query tokens, for the controller; computed
+        only when asked for. Masked key positions get no probability; query positions that are padding are left out
+        of the mean. A query is padding when the mask hides its own key position (causal attention always allows it
+        for a real token), which holds for right and left padding and with a cache. The number of real queries is
+        kept in `last_entropy_tokens` for averaging over batches."""
+        key = key.repeat_interleave(query.shape[1] // key.shape[1], dim=1)
+        scores = query @ key.transpose(-1, -2) * scaling
         q_len, k_len = scores.shape[-2:]
         if attention_mask is None:
             allowed = torch.ones(q_len, k_len, dtype=torch.bool, device=scores.device).tril(k_len - q_len)[None, None]
@@ -94,58 +213,108 @@ class GPT2SentinelAttention(GPT2Attention):
         self.last_entropy_tokens = tokens
         return (entropy * real).sum(dim=(0, 2)) / tokens.clamp(min=1)
 
+    @torch.no_grad()
+    def resize_heads(self, keep: torch.Tensor, kv_heads: list[int]) -> None:
+        """Keep the query heads at positions `keep` and the key/value heads `kv_heads` (original indices): the
+        gates, masks and bookkeeping (the projections are cut by the model's `prune_heads`)."""
+        self.sentinel_gate_logits = nn.Parameter(self.sentinel_gate_logits[keep].clone())
+        self.sentinel_head_mask = self.sentinel_head_mask[keep].clone()
+        self.head_ids = self.head_ids[keep].clone()
+        self.kv_head_ids = torch.tensor(kv_heads, dtype=torch.long, device=self.head_ids.device)
+        self.kv_for_head = self.kv_positions()
+        self._set_head_counts(self.head_ids.tolist(), kv_heads)
+
+
+class GPT2SentinelAttention(SentinelGates, GPT2Attention):
+    """GPT-2 self-attention with one sentinel gate per head, and only the heads the config has not pruned."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, is_cross_attention=False, layer_idx=layer_idx)
+        self.setup_sentinel(config, layer_idx)
+        if self.num_heads != config.num_attention_heads:
+            self.split_size = self.num_heads * self.head_dim
+            self.c_attn = Conv1D(3 * self.split_size, self.embed_dim)
+            self.c_proj = Conv1D(self.embed_dim, self.split_size)
+
+    def resize_heads(self, keep, kv_heads) -> None:
+        super().resize_heads(keep, kv_heads)
+        self.split_size = self.num_heads * self.head_dim
+
     def forward(self, hidden_states, past_key_values: Cache | None = None, attention_mask=None, **kwargs):
         batch, seq = hidden_states.shape[:2]
         if self.num_heads == 0:
-            # every head pruned: the layer adds only c_proj's bias; the cache still advances (with no heads)
-            if past_key_values is not None:
-                empty = hidden_states.new_zeros(batch, 0, seq, self.head_dim)
-                past_key_values.update(empty, empty, self.layer_idx)
-            return self.resid_dropout(self.c_proj.bias.expand(batch, seq, -1)), None
+            return self.resid_dropout(self.no_heads(self.c_proj, hidden_states, past_key_values)), None
         query, key, value = self.c_attn(hidden_states).split(self.split_size, dim=2)
         shape = (batch, seq, self.num_heads, self.head_dim)
         query, key, value = (t.view(shape).transpose(1, 2) for t in (query, key, value))
         if past_key_values is not None:
             key, value = past_key_values.update(key, value, self.layer_idx)
-        attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
-            self.config._attn_implementation, eager_attention_forward
-        )
-        attn_output, attn_weights = attention_interface(
-            self,
+        attn_output, attn_weights = self.attend(
             query,
             key,
             value,
             attention_mask,
+            gpt2_eager_attention_forward,
             dropout=self.attn_dropout.p if self.training else 0.0,
             scaling=self.scaling,
             **kwargs,
         )
-        if self.measure_entropy:
-            self.last_entropy = self._entropy(query, key, attention_mask)
-        # seed section 2.1: head h's output scaled by its gate before the output projection
-        attn_output = attn_output * self.gates().view(1, 1, -1, 1).to(attn_output.dtype)
         attn_output = self.c_proj(attn_output.reshape(batch, seq, -1))
         return self.resid_dropout(attn_output), attn_weights
 
-    @torch.no_grad()
-    def prune(self, heads: list[int]) -> None:
-        """Remove the given original head indices: their columns of `c_attn` (q, k and v) and rows of `c_proj`."""
-        keep = [i for i, h in enumerate(self.head_ids.tolist()) if h not in set(heads)]
-        index = torch.tensor(keep, dtype=torch.long, device=self.c_attn.weight.device)
-        cols = (index[:, None] * self.head_dim + torch.arange(self.head_dim, device=index.device)).flatten()
-        qkv_cols = torch.cat([cols + part * self.split_size for part in range(3)])
-        new_split = len(keep) * self.head_dim
-        c_attn = Conv1D(3 * new_split, self.embed_dim).to(self.c_attn.weight)
-        c_attn.weight.copy_(self.c_attn.weight[:, qkv_cols])
-        c_attn.bias.copy_(self.c_attn.bias[qkv_cols])
-        c_proj = Conv1D(self.embed_dim, new_split).to(self.c_proj.weight)
-        c_proj.weight.copy_(self.c_proj.weight[cols])
-        c_proj.bias.copy_(self.c_proj.bias)
-        self.c_attn, self.c_proj = c_attn, c_proj
-        self.sentinel_gate_logits = nn.Parameter(self.sentinel_gate_logits[index].clone())
-        self.sentinel_head_mask = self.sentinel_head_mask[index].clone()
-        self.head_ids = self.head_ids[index].clone()
-        self.num_heads, self.split_size = len(keep), new_split
+
+class DecoderSentinelAttention(SentinelGates):
+    """The Llama family's attention (Llama, Qwen3) with one sentinel gate per query head: the stock forward, with
+    `attend` in place of the attention function. Qwen3's per-head query/key norms and sliding windows are used when
+    the stock class has them."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx)
+        self.setup_sentinel(config, layer_idx)
+        bias = config.attention_bias
+        if self.num_heads != config.num_attention_heads:
+            self.q_proj = nn.Linear(config.hidden_size, self.num_heads * self.head_dim, bias=bias)
+            self.k_proj = nn.Linear(config.hidden_size, self.num_kv_heads * self.head_dim, bias=bias)
+            self.v_proj = nn.Linear(config.hidden_size, self.num_kv_heads * self.head_dim, bias=bias)
+            self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=bias)
+
+    def forward(self, hidden_states, position_embeddings=None, attention_mask=None, past_key_values=None, **kwargs):
+        if self.num_heads == 0:
+            return self.no_heads(self.o_proj, hidden_states, past_key_values), None
+        input_shape = hidden_states.shape[:-1]
+        hidden_shape = (*input_shape, -1, self.head_dim)
+        query_states = self.q_proj(hidden_states).view(hidden_shape)
+        key_states = self.k_proj(hidden_states).view(hidden_shape)
+        if hasattr(self, "q_norm"):
+            query_states, key_states = self.q_norm(query_states), self.k_norm(key_states)
+        query_states, key_states = query_states.transpose(1, 2), key_states.transpose(1, 2)
+        value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        cos, sin = position_embeddings
+        query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
+        if past_key_values is not None:
+            key_states, value_states = past_key_values.update(key_states, value_states, self.layer_idx)
+        if getattr(self, "sliding_window", None) is not None:
+            kwargs["sliding_window"] = self.sliding_window
+        attn_output, attn_weights = self.attend(
+            query_states,
+            key_states,
+            value_states,
+            attention_mask,
+            llama_eager_attention_forward,
+            dropout=0.0 if not self.training else self.attention_dropout,
+            scaling=self.scaling,
+            **kwargs,
+        )
+        attn_output = attn_output.reshape(*input_shape, -1).contiguous()
+        return self.o_proj(attn_output), attn_weights
+
+
+class LlamaSentinelAttention(DecoderSentinelAttention, LlamaAttention):
+    pass
+
+
+class Qwen3SentinelAttention(DecoderSentinelAttention, Qwen3Attention):
+    pass
 
 
 class UNetSkipFusion(nn.Linear):
@@ -181,24 +350,55 @@ def unet_skip_scale(config, layer_idx: int) -> float:
     return float(config.unet_skip_scale) * (num_layers - layer_idx) / (num_layers // 2)
 
 
-class GPT2SentinelBlock(GPT2Block):
-    """A stock GPT-2 block whose attention is gated; decoder-half blocks own a U-Net skip fusion on their output."""
+class UNetSkipMixin:
+    """A layer that may own a U-Net skip fusion on its output (seed section 2.2), for the model's loop to feed."""
 
-    def __init__(self, config, layer_idx):
-        super().__init__(config, layer_idx=layer_idx)
-        self.attn = GPT2SentinelAttention(config, layer_idx)
+    def setup_unet(self, config, layer_idx: int) -> None:
         self.unet_source = unet_skip_source(config, layer_idx)
         self.unet_fuse = None
         if self.unet_source is not None:
             self.unet_fuse = UNetSkipFusion(config.hidden_size)
             self.unet_scale = unet_skip_scale(config, layer_idx)
 
+    def apply_unet(self, hidden_states: torch.Tensor, skip: torch.Tensor | None) -> torch.Tensor:
+        if self.unet_fuse is None:
+            return hidden_states
+        # seed section 2.2: h'_dec = h_dec + s_i * Linear([h_dec; h_enc]); the fusion starts at zero
+        return hidden_states + self.unet_scale * self.unet_fuse(torch.cat([hidden_states, skip], dim=-1))
+
+
+class GPT2SentinelBlock(UNetSkipMixin, GPT2Block):
+    """A stock GPT-2 block whose attention is gated; decoder-half blocks own a U-Net skip fusion on their output."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx=layer_idx)
+        self.attn = GPT2SentinelAttention(config, layer_idx)
+        self.setup_unet(config, layer_idx)
+
     def forward(self, hidden_states, past_key_values=None, attention_mask=None, skip=None, **kwargs):
-        hidden_states = super().forward(hidden_states, past_key_values, attention_mask, **kwargs)
-        if self.unet_fuse is not None:
-            # seed section 2.2: h'_dec = h_dec + s_i * Linear([h_dec; h_enc]); the fusion starts at zero
-            hidden_states = hidden_states + self.unet_scale * self.unet_fuse(torch.cat([hidden_states, skip], dim=-1))
-        return hidden_states
+        return self.apply_unet(super().forward(hidden_states, past_key_values, attention_mask, **kwargs), skip)
+
+
+class DecoderSentinelLayerMixin(UNetSkipMixin):
+    """A stock Llama-family decoder layer with gated attention and, in the decoder half, a U-Net skip fusion."""
+
+    attention_class: type
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx)
+        self.self_attn = self.attention_class(config, layer_idx)
+        self.setup_unet(config, layer_idx)
+
+    def forward(self, hidden_states, skip=None, **kwargs):
+        return self.apply_unet(super().forward(hidden_states, **kwargs), skip)
+
+
+class LlamaSentinelDecoderLayer(DecoderSentinelLayerMixin, LlamaDecoderLayer):
+    attention_class = LlamaSentinelAttention
+
+
+class Qwen3SentinelDecoderLayer(DecoderSentinelLayerMixin, Qwen3DecoderLayer):
+    attention_class = Qwen3SentinelAttention
 
 
 @dataclass
@@ -214,36 +414,76 @@ class SentinelCausalLMOutput(ModelOutput):
 
 
 class SentinelPreTrainedMixin(ZooModelMixin):
-    """Init, statistics and pruning shared by the gated GPT-2 models (put before `GPT2PreTrainedModel`)."""
+    """Init, statistics and pruning shared by every sentinel model (put before the stock pre-trained class). A
+    family declares `sentinel_roles` and `sentinel_layer_path` (where the base model keeps its layers)."""
 
-    config_class = GPT2SentinelConfig
     mechanism_name = "Sentinel gates"
     mechanism_param_markers = ("sentinel_", "unet_")
-    _no_split_modules = ["GPT2SentinelBlock"]
+    sentinel_roles: SentinelRoles
+    sentinel_layer_path: str
 
     @torch.no_grad()
     def _init_weights(self, module):
         super()._init_weights(module)
-        if isinstance(module, GPT2SentinelAttention):
+        if isinstance(module, SentinelGates):
+            heads = self.config.heads_in_layer(module.layer_idx)
+            kv_heads = self.config.kv_heads_in_layer(module.layer_idx)
             init.constant_(module.sentinel_gate_logits, float(self.config.sentinel_gate_init))
             init.ones_(module.sentinel_head_mask)
-            init.copy_(module.head_ids, torch.tensor(self.config.heads_in_layer(module.layer_idx)))
+            init.copy_(module.head_ids, torch.tensor(heads))
+            init.copy_(module.kv_head_ids, torch.tensor(kv_heads))
+            group = module.sentinel_group
+            init.copy_(module.kv_for_head, torch.tensor([kv_heads.index(h // group) for h in heads], dtype=torch.long))
         elif isinstance(module, UNetSkipFusion):
-            # after the generic nn.Linear init above: the fusion starts at zero, so skips leave stock GPT-2 unchanged
+            # after the generic nn.Linear init above: the fusion starts at zero, so skips leave the stock model as is
             init.zeros_(module.weight)
             init.zeros_(module.bias)
 
     @property
-    def gated_attentions(self) -> list[GPT2SentinelAttention]:
-        return [block.attn for block in self.base_model.h]
+    def sentinel_layers(self) -> list[nn.Module]:
+        return list(self.base_model.get_submodule(self.sentinel_layer_path))
+
+    @property
+    def gated_attentions(self) -> list[SentinelGates]:
+        return [layer.get_submodule(self.sentinel_roles.attention) for layer in self.sentinel_layers]
 
     def gate_values(self) -> list[torch.Tensor]:
         """Current gate of every remaining head, one tensor per layer (layers may have different head counts)."""
         return [attn.gates().detach() for attn in self.gated_attentions]
 
+    def gate_l1(self) -> torch.Tensor:
+        """The seed's L1 pressure: the sum of all gate values (section 4.1)."""
+        return sum(attn.gates().sum() for attn in self.gated_attentions if attn.num_heads)
+
+    @torch.no_grad()
+    def head_weight_norms(self) -> list[torch.Tensor]:
+        """Norm of each remaining query head's own weights, one tensor per layer: its query rows, the key and value
+        rows of its key/value head (shared within a group) and its input columns of the output projection."""
+        roles, out = self.sentinel_roles, []
+        for layer in self.sentinel_layers:
+            attn = layer.get_submodule(roles.attention)
+            d, nq, nkv = attn.head_dim, attn.num_heads, attn.num_kv_heads
+            weights = []
+            for path in roles.qkv:
+                module = layer.get_submodule(path)
+                out_dim, _ = _feature_dims(module)
+                weights.append(module.weight.movedim(out_dim, 0).float())
+            rows = torch.cat(weights).pow(2).sum(1)  # per output feature, [q | k | v]
+            q = rows[: nq * d].view(nq, d).sum(1)
+            k = rows[nq * d : (nq + nkv) * d].view(nkv, d).sum(1)
+            v = rows[(nq + nkv) * d :].view(nkv, d).sum(1)
+            o_module = layer.get_submodule(roles.out)
+            _, in_dim = _feature_dims(o_module)
+            o = o_module.weight.movedim(in_dim, 0).float().pow(2).sum(1).view(nq, d).sum(1)
+            kv = attn.kv_positions()
+            out.append((q + k[kv] + v[kv] + o).sqrt().cpu())
+        return out
+
     def prune_heads(self, heads: dict[int, list[int]]) -> None:
-        """Remove heads structurally (by original index per layer); recorded in `config.pruned_heads`, so a saved
-        model reloads with the smaller shapes. A pruned head computes exactly what a gate of zero lets through."""
+        """Remove query heads structurally (by original index per layer): their rows of the query projection and
+        columns of the output projection; a key/value head goes (its rows of the key and value projections) only
+        once every query head of its group is pruned. Recorded in `config.pruned_heads`, so a saved model reloads
+        with the smaller shapes. A pruned head computes exactly what a gate of zero lets through."""
         attentions = self.gated_attentions
         heads = {int(layer): list(layer_heads) for layer, layer_heads in heads.items()}
         for layer, layer_heads in heads.items():  # everything checked before anything is pruned
@@ -255,10 +495,27 @@ class SentinelPreTrainedMixin(ZooModelMixin):
                     f"prune_heads: layer {layer} has no heads {sorted(unknown)}; remaining heads are "
                     f"{attentions[layer].head_ids.tolist()}."
                 )
+        roles, layers = self.sentinel_roles, self.sentinel_layers
         for layer, layer_heads in heads.items():
-            attn = attentions[layer]
-            attn.prune(layer_heads)
             self.config.pruned_heads[layer] = sorted(set(self.config.pruned_heads.get(layer, [])) | set(layer_heads))
+            attn, block = attentions[layer], layers[layer]
+            device = attn.head_ids.device
+            keep = torch.tensor(
+                [i for i, h in enumerate(attn.head_ids.tolist()) if h not in set(layer_heads)], dtype=torch.long
+            ).to(device)
+            kv_heads = self.config.kv_heads_in_layer(layer)
+            keep_kv = torch.tensor([attn.kv_head_ids.tolist().index(h) for h in kv_heads], dtype=torch.long)
+            q_rows = _head_features(keep, attn.head_dim)
+            kv_rows = _head_features(keep_kv.to(device), attn.head_dim)
+            if len(roles.qkv) == 1:  # fused [q | k | v]
+                q_size, kv_size = attn.num_heads * attn.head_dim, attn.num_kv_heads * attn.head_dim
+                rows = torch.cat([q_rows, kv_rows + q_size, kv_rows + q_size + kv_size])
+                _replace(block, roles.qkv[0], select_features(block.get_submodule(roles.qkv[0]), rows, "out"))
+            else:
+                for path, rows in zip(roles.qkv, (q_rows, kv_rows, kv_rows)):
+                    _replace(block, path, select_features(block.get_submodule(path), rows, "out"))
+            _replace(block, roles.out, select_features(block.get_submodule(roles.out), q_rows, "in"))
+            attn.resize_heads(keep, kv_heads)
 
     def prune_masked_heads(self) -> dict[int, list[int]]:
         """Structurally remove every head whose mask is 0 (switched off by the controller); returns them."""
@@ -281,10 +538,10 @@ class SentinelPreTrainedMixin(ZooModelMixin):
             else ""
         )
         return (
-            "Sentinel-gated GPT-2 (interlayer, seed 001): a learnable gate per attention head scales that head's "
-            f"output before `c_proj`; an L1 term (weight {c.gate_l1}) pushes gates down. {pruned} of {total} heads "
-            f"are structurally pruned.{skips} Stock weight names; the mechanism's tensors are named `sentinel_*` and "
-            "`unet_*`."
+            f"Sentinel-gated {c.sentinel_family} (interlayer, seed 001): a learnable gate per attention head scales "
+            f"that head's output before `{self.sentinel_roles.out.rpartition('.')[2]}`; an L1 term (weight "
+            f"{c.gate_l1}) pushes gates down. {pruned} of {total} heads are structurally pruned.{skips} Stock weight "
+            "names; the mechanism's tensors are named `sentinel_*` and `unet_*`."
         )
 
     def mechanism_state(self) -> dict[str, float]:
@@ -302,7 +559,70 @@ class SentinelPreTrainedMixin(ZooModelMixin):
         return out
 
 
-class GPT2SentinelModel(SentinelPreTrainedMixin, GPT2Model):
+class SentinelLMHeadMixin:
+    """The causal-LM forward of every sentinel LM: the base model, the LM head, the loss plus the gates' L1 pressure."""
+
+    pipeline_tag = "text-generation"
+    # the LM loss normalises by `num_items_in_batch` itself
+    accepts_loss_kwargs = True
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        output_hidden_states: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        **kwargs,
+    ) -> SentinelCausalLMOutput:
+        loss_kwargs = {k: kwargs.pop(k) for k in ("num_items_in_batch", "ignore_index", "shift_labels") if k in kwargs}
+        outputs = self.base_model(
+            input_ids=input_ids,
+            past_key_values=past_key_values,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            output_hidden_states=output_hidden_states,
+            **kwargs,
+        )
+        hidden_states = outputs.last_hidden_state
+        keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
+        logits = self.lm_head(hidden_states[:, keep, :])
+        loss = lm_loss = l1 = None
+        if labels is not None:
+            lm_loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **loss_kwargs)
+            l1 = self.config.gate_l1 * self.gate_l1()
+            num_items = loss_kwargs.get("num_items_in_batch")
+            if num_items is not None:  # this batch's share of the L1 term, so that the shares over the devices and
+                # the accumulated micro-batches of one optimiser step add up to the term once
+                targets = loss_kwargs.get("shift_labels")
+                targets = labels[..., 1:] if targets is None else targets
+                l1 = l1 * (targets != -100).sum() / num_items
+            loss = lm_loss + l1
+        return SentinelCausalLMOutput(
+            loss=loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            hidden_states=outputs.hidden_states,
+            lm_loss=lm_loss,
+            gate_l1_loss=l1,
+        )
+
+
+class GPT2SentinelPreTrainedMixin(SentinelPreTrainedMixin):
+    config_class = GPT2SentinelConfig
+    sentinel_roles = SentinelRoles(attention="attn", qkv=("attn.c_attn",), out="attn.c_proj")
+    sentinel_layer_path = "h"
+    _no_split_modules = ["GPT2SentinelBlock"]
+
+
+class GPT2SentinelModel(GPT2SentinelPreTrainedMixin, GPT2Model):
     """GPT-2 with sentinel-gated attention and optional U-Net skips. Stock embeddings, blocks, final norm."""
 
     def __init__(self, config: GPT2SentinelConfig):
@@ -382,13 +702,10 @@ class GPT2SentinelModel(SentinelPreTrainedMixin, GPT2Model):
         )
 
 
-class GPT2SentinelLMHeadModel(SentinelPreTrainedMixin, GPT2PreTrainedModel, GenerationMixin):
+class GPT2SentinelLMHeadModel(SentinelLMHeadMixin, GPT2SentinelPreTrainedMixin, GPT2PreTrainedModel, GenerationMixin):
     """Causal LM on [`GPT2SentinelModel`], weights tied like stock GPT-2; the loss adds the gates' L1 pressure."""
 
     _tied_weights_keys = {"lm_head.weight": "transformer.wte.weight"}
-    pipeline_tag = "text-generation"
-    # the LM loss normalises by `num_items_in_batch` itself
-    accepts_loss_kwargs = True
 
     def __init__(self, config: GPT2SentinelConfig):
         PreTrainedModel.__init__(self, config)
@@ -397,74 +714,129 @@ class GPT2SentinelLMHeadModel(SentinelPreTrainedMixin, GPT2PreTrainedModel, Gene
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.post_init()
 
-    def gate_l1(self) -> torch.Tensor:
-        """The seed's L1 pressure: the sum of all gate values (section 4.1)."""
-        return sum(attn.gates().sum() for attn in self.gated_attentions if attn.num_heads)
+
+class DecoderSentinelPreTrainedMixin(SentinelPreTrainedMixin):
+    sentinel_roles = SentinelRoles(
+        attention="self_attn", qkv=("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), out="self_attn.o_proj"
+    )
+    sentinel_layer_path = "layers"
+
+    def apply_freeze_base(self) -> None:
+        """The sentinel mechanism has no `freeze_base`: the gates train with the model."""
+
+
+class DecoderSentinelModelMixin(DecoderSentinelPreTrainedMixin, DecoderStackMixin):
+    """A Llama-family decoder with sentinel-gated attention and optional U-Net skips; stock embeddings, layers,
+    norm and rotary embedding."""
 
     @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
-        past_key_values: Cache | None = None,
         attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.LongTensor | None = None,
         position_ids: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
         output_hidden_states: bool | None = None,
-        logits_to_keep: int | torch.Tensor = 0,
         **kwargs,
-    ) -> SentinelCausalLMOutput:
-        loss_kwargs = {k: kwargs.pop(k) for k in ("num_items_in_batch", "ignore_index", "shift_labels") if k in kwargs}
-        outputs = self.transformer(
-            input_ids,
-            past_key_values=past_key_values,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            use_cache=use_cache,
-            output_hidden_states=output_hidden_states,
-            **kwargs,
+    ) -> BaseModelOutputWithPast:
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
+        if kwargs.pop("output_attentions", None):
+            raise ValueError("`output_attentions=True` is not supported; gate statistics come from mechanism_stats().")
+        use_cache = self.config.use_cache if use_cache is None else use_cache
+        if self.gradient_checkpointing and self.training:
+            use_cache = False
+        inputs_embeds, cache, position_ids, masks, position_embeddings = self.prepare_inputs(
+            input_ids, inputs_embeds, attention_mask, position_ids, past_key_values, use_cache
         )
-        hidden_states = outputs.last_hidden_state
-        keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
-        logits = self.lm_head(hidden_states[:, keep, :])
-        loss = lm_loss = l1 = None
-        if labels is not None:
-            lm_loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **loss_kwargs)
-            l1 = self.config.gate_l1 * self.gate_l1()
-            num_items = loss_kwargs.get("num_items_in_batch")
-            if num_items is not None:  # this batch's share of the L1 term, so that the shares over the devices and
-                # the accumulated micro-batches of one optimiser step add up to the term once
-                targets = loss_kwargs.get("shift_labels")
-                targets = labels[..., 1:] if targets is None else targets
-                l1 = l1 * (targets != -100).sum() / num_items
-            loss = lm_loss + l1
-        return SentinelCausalLMOutput(
-            loss=loss,
-            logits=logits,
-            past_key_values=outputs.past_key_values,
-            hidden_states=outputs.hidden_states,
-            lm_loss=lm_loss,
-            gate_l1_loss=l1,
+        hidden_states = inputs_embeds
+        outputs = []
+        all_hidden = (hidden_states,) if output_hidden_states else None
+        for layer, layer_type in zip(self.layers, self.layer_types):
+            hidden_states = layer(
+                hidden_states,
+                # positional, so that reentrant activation checkpointing passes its gradient
+                outputs[layer.unet_source] if layer.unet_source is not None else None,
+                attention_mask=masks[layer_type],
+                position_ids=position_ids,
+                past_key_values=cache,
+                use_cache=use_cache,
+                position_embeddings=position_embeddings,
+                **kwargs,
+            )
+            outputs.append(hidden_states)
+            if output_hidden_states:
+                all_hidden = all_hidden + (hidden_states,)
+        hidden_states = self.norm(hidden_states)
+        if output_hidden_states:
+            all_hidden = all_hidden[:-1] + (hidden_states,)
+        return BaseModelOutputWithPast(
+            last_hidden_state=hidden_states,
+            past_key_values=cache if use_cache else None,
+            hidden_states=all_hidden,
         )
 
 
-GPT2SentinelConfig.register_for_auto_class()
-GPT2SentinelModel.register_for_auto_class("AutoModel")
-GPT2SentinelLMHeadModel.register_for_auto_class("AutoModelForCausalLM")
+class LlamaSentinelModel(DecoderSentinelModelMixin, LlamaModel):
+    config_class = LlamaSentinelConfig
+    decoder_layer_class = LlamaSentinelDecoderLayer
+    norm_class = LlamaRMSNorm
+    rotary_class = LlamaRotaryEmbedding
+    _no_split_modules = ["LlamaSentinelDecoderLayer"]
+    _can_record_outputs = {}
+
+
+class LlamaSentinelForCausalLM(SentinelLMHeadMixin, DecoderSentinelPreTrainedMixin, CausalLMMixin, LlamaForCausalLM):
+    """Causal LM on [`LlamaSentinelModel`] (stock head and tying); the loss adds the gates' L1 pressure."""
+
+    config_class = LlamaSentinelConfig
+    base_class = LlamaSentinelModel
+    _no_split_modules = ["LlamaSentinelDecoderLayer"]
+
+
+class Qwen3SentinelModel(DecoderSentinelModelMixin, Qwen3Model):
+    config_class = Qwen3SentinelConfig
+    decoder_layer_class = Qwen3SentinelDecoderLayer
+    norm_class = Qwen3RMSNorm
+    rotary_class = Qwen3RotaryEmbedding
+    _no_split_modules = ["Qwen3SentinelDecoderLayer"]
+    _can_record_outputs = {}
+
+
+class Qwen3SentinelForCausalLM(SentinelLMHeadMixin, DecoderSentinelPreTrainedMixin, CausalLMMixin, Qwen3ForCausalLM):
+    """Causal LM on [`Qwen3SentinelModel`] (stock head and tying); the loss adds the gates' L1 pressure."""
+
+    config_class = Qwen3SentinelConfig
+    base_class = Qwen3SentinelModel
+    _no_split_modules = ["Qwen3SentinelDecoderLayer"]
+
+
+for _config, _base, _lm in (
+    (GPT2SentinelConfig, GPT2SentinelModel, GPT2SentinelLMHeadModel),
+    (LlamaSentinelConfig, LlamaSentinelModel, LlamaSentinelForCausalLM),
+    (Qwen3SentinelConfig, Qwen3SentinelModel, Qwen3SentinelForCausalLM),
+):
+    _config.register_for_auto_class()
+    _base.register_for_auto_class("AutoModel")
+    _lm.register_for_auto_class("AutoModelForCausalLM")
 
 # the names the GPT-2 classes had before the rename, still documented and importable
 GatedGPT2Model = GPT2SentinelModel
 GatedGPT2LMHeadModel = GPT2SentinelLMHeadModel
 
 __all__ = [
-    "GPT2SentinelModel",
-    "GPT2SentinelLMHeadModel",
-    "GatedGPT2Model",
-    "GatedGPT2LMHeadModel",
-    "SentinelCausalLMOutput",
     "GPT2SentinelAttention",
+    "GPT2SentinelLMHeadModel",
+    "GPT2SentinelModel",
+    "GatedGPT2LMHeadModel",
+    "GatedGPT2Model",
+    "LlamaSentinelForCausalLM",
+    "LlamaSentinelModel",
+    "Qwen3SentinelForCausalLM",
+    "Qwen3SentinelModel",
+    "SentinelCausalLMOutput",
+    "SentinelGates",
+    "SentinelRoles",
 ]

@@ -1,0 +1,114 @@
+"""Sentinel gates beyond GPT-2: the conformance suite on the Llama family (Llama, Qwen3: grouped-query attention),
+and structural pruning of query heads and of key/value heads whose whole group is pruned."""
+
+import pytest
+import torch
+from gpt2_fixtures import lm_batch
+from hc_fixtures import TINY_DECODER, build_stock_llama, build_stock_qwen3, decoder_case
+from test_sentinel_mechanism import greedy_without_cache
+from transformers import LlamaModel
+
+from interlayer import LlamaSentinelForCausalLM, LlamaSentinelModel, Qwen3SentinelForCausalLM
+from interlayer.testing import ConformanceSuite
+
+ACTIVE = dict(identity_init=False, unet_skips=True)
+DECODER_CONFIG_ERRORS = [
+    (dict(gate_l1=-1.0), r"gate_l1.*>= 0"),
+    (dict(pruned_heads={5: [0]}), r"pruned_heads layer.*<= 2.*got 5"),
+    (dict(pruned_heads={0: [4]}), r"pruned_heads\[0\] head.*<= 3.*got 4"),
+]
+
+
+class TestLlamaSentinelConformance(ConformanceSuite):
+    def make_case(self):
+        case = decoder_case(LlamaSentinelForCausalLM, build_stock_llama, ACTIVE, DECODER_CONFIG_ERRORS)
+        case.more_identity_options = [dict(unet_skips=True)]
+        return case
+
+
+class TestQwen3SentinelConformance(ConformanceSuite):
+    def make_case(self):
+        case = decoder_case(Qwen3SentinelForCausalLM, build_stock_qwen3, ACTIVE, DECODER_CONFIG_ERRORS)
+        case.more_identity_options = [dict(unet_skips=True)]
+        return case
+
+
+@pytest.fixture
+def llama_dir(tmp_path):
+    build_stock_llama(str(tmp_path / "llama"))
+    return str(tmp_path / "llama")
+
+
+def test_llama_base_model_equals_stock(llama_dir):
+    stock = LlamaModel.from_pretrained(llama_dir).eval()
+    model = LlamaSentinelModel.from_pretrained(llama_dir, unet_skips=True).eval()
+    batch = lm_batch()
+    with torch.no_grad():
+        expected = stock(**batch).last_hidden_state
+        got = model(**batch).last_hidden_state
+    real = batch["attention_mask"].bool()
+    torch.testing.assert_close(got[real], expected[real])
+
+
+# 4 query heads in 2 groups of 2 (key/value heads 0 and 1): layer 0 keeps a partial group (groups of 1 and 2 query
+# heads), layer 1 loses key/value head 1 (its group is empty), layer 2 keeps one query head of group 1
+GQA_PRUNE = {0: [1], 1: [2, 3], 2: [0, 1, 2]}
+KEPT = {0: ([0, 2, 3], [0, 1]), 1: ([0, 1], [0]), 2: ([3], [1])}
+
+
+def test_gqa_pruning_removes_query_heads_and_emptied_kv_groups(llama_dir, tmp_path):
+    torch.manual_seed(0)
+    model = LlamaSentinelForCausalLM.from_pretrained(llama_dir, identity_init=False).eval()
+    with torch.no_grad():
+        for attn in model.gated_attentions:
+            attn.sentinel_gate_logits.normal_()
+    before = [
+        {name: getattr(layer.self_attn, name).weight.clone() for name in ("q_proj", "k_proj", "v_proj", "o_proj")}
+        for layer in model.model.layers
+    ]
+    batch = lm_batch()
+    with torch.no_grad():
+        for layer, heads in GQA_PRUNE.items():
+            model.model.layers[layer].self_attn.sentinel_head_mask[heads] = 0.0
+        masked = model(**batch).logits
+        model.prune_heads(GQA_PRUNE)
+        pruned = model(**batch).logits
+    torch.testing.assert_close(pruned, masked)
+    d = TINY_DECODER["head_dim"]
+
+    def rows(heads):
+        return torch.cat([torch.arange(h * d, (h + 1) * d) for h in heads])
+
+    for layer, (heads, kv_heads) in KEPT.items():
+        attn, old = model.model.layers[layer].self_attn, before[layer]
+        assert attn.head_ids.tolist() == heads and attn.kv_head_ids.tolist() == kv_heads
+        torch.testing.assert_close(attn.q_proj.weight, old["q_proj"][rows(heads)])
+        torch.testing.assert_close(attn.k_proj.weight, old["k_proj"][rows(kv_heads)])
+        torch.testing.assert_close(attn.v_proj.weight, old["v_proj"][rows(kv_heads)])
+        torch.testing.assert_close(attn.o_proj.weight, old["o_proj"][:, rows(heads)])
+    assert model.model.layers[0].self_attn.uniform_groups is False
+    assert model.model.layers[1].self_attn.num_key_value_groups == 2
+    # the saved model reloads with the smaller shapes and computes the same
+    model.save_pretrained(tmp_path / "pruned")
+    reloaded = LlamaSentinelForCausalLM.from_pretrained(tmp_path / "pruned").eval()
+    assert reloaded.model.layers[0].self_attn.k_proj.weight.shape == (2 * d, TINY_DECODER["hidden_size"])
+    assert reloaded.model.layers[1].self_attn.k_proj.weight.shape == (d, TINY_DECODER["hidden_size"])
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(**batch).logits, pruned)
+
+
+@pytest.mark.parametrize("attn_implementation", ["sdpa", "eager"])
+def test_gqa_generate_with_cache_after_pruning(llama_dir, attn_implementation):
+    torch.manual_seed(0)
+    model = LlamaSentinelForCausalLM.from_pretrained(
+        llama_dir, identity_init=False, unet_skips=True, attn_implementation=attn_implementation
+    ).eval()
+    with torch.no_grad():
+        for layer in model.model.layers:
+            if layer.unet_fuse is not None:
+                layer.unet_fuse.weight.normal_(std=0.1)
+    model.prune_heads({0: [1], 1: [2, 3], 2: [0, 1, 2, 3]})
+    prompt = lm_batch(lengths=(5,))["input_ids"]
+    cached = model.generate(prompt, max_new_tokens=8, do_sample=False, pad_token_id=0)
+    torch.testing.assert_close(cached, greedy_without_cache(model, prompt, 8))
+    assert model.model.layers[1].self_attn.k_proj.weight.shape[0] == TINY_DECODER["head_dim"]
