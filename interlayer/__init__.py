@@ -11,11 +11,13 @@ from .models.configuration_bridge import BRIDGE_PRESETS, BertBridgeConfig, Rober
 from .models.configuration_hyper_connections import LlamaMHCConfig, Qwen3MHCConfig
 from .models.configuration_latent import LlamaLatentConfig, Qwen3LatentConfig
 from .models.configuration_sentinel import (
+    BertSentinelConfig,
     GatedGPT2Config,
     GPT2SentinelConfig,
     LegacyGatedGPT2Config,
     LlamaSentinelConfig,
     Qwen3SentinelConfig,
+    RobertaSentinelConfig,
 )
 from .models.modeling_attention_bridge import (
     BartBridgeForConditionalGeneration,
@@ -32,6 +34,8 @@ from .models.modeling_bridge import (
 from .models.modeling_hyper_connections import LlamaMHCForCausalLM, LlamaMHCModel, Qwen3MHCForCausalLM, Qwen3MHCModel
 from .models.modeling_latent import LlamaLatentForCausalLM, LlamaLatentModel, Qwen3LatentForCausalLM, Qwen3LatentModel
 from .models.modeling_sentinel import (
+    BertSentinelForSequenceClassification,
+    BertSentinelModel,
     GatedGPT2LMHeadModel,
     GatedGPT2Model,
     GPT2SentinelLMHeadModel,
@@ -40,6 +44,8 @@ from .models.modeling_sentinel import (
     LlamaSentinelModel,
     Qwen3SentinelForCausalLM,
     Qwen3SentinelModel,
+    RobertaSentinelForSequenceClassification,
+    RobertaSentinelModel,
 )
 from .zoo import ZOO, convert
 
@@ -58,6 +64,9 @@ __all__ = [
     "BertBridgeConfig",
     "BertBridgeForSequenceClassification",
     "BertBridgeModel",
+    "BertSentinelConfig",
+    "BertSentinelForSequenceClassification",
+    "BertSentinelModel",
     "GPT2SentinelConfig",
     "GPT2SentinelLMHeadModel",
     "GPT2SentinelModel",
@@ -88,6 +97,9 @@ __all__ = [
     "RobertaBridgeConfig",
     "RobertaBridgeForSequenceClassification",
     "RobertaBridgeModel",
+    "RobertaSentinelConfig",
+    "RobertaSentinelForSequenceClassification",
+    "RobertaSentinelModel",
     "ZOO",
     "bridge_preset",
     "convert",

@@ -57,6 +57,19 @@ def head_magnitude(model) -> list[torch.Tensor]:
     return _unwrap(model).head_weight_norms()
 
 
+def task_loss(outputs):
+    """The loss of the task without the L1 pressure: `lm_loss` of a causal LM, `task_loss` of a classifier."""
+    return outputs.lm_loss if "lm_loss" in outputs else outputs.task_loss
+
+
+def loss_items(labels: torch.Tensor) -> int:
+    """How many targets a batch's labels hold: examples for a classifier (one label each), predicted tokens for a
+    causal LM (labels shifted by one, -100 ignored)."""
+    if labels.dim() == 1:
+        return labels.numel()
+    return int((labels[..., 1:] != -100).sum())
+
+
 def mask_gradient(model, batches: Iterable[dict], absolute: bool = True) -> list[torch.Tensor]:
     """dL/d mask_h at the current mask, summed over the batches, one tensor per layer. With `absolute=True`, the
     sum of |dL/d mask_h| per batch (Michel et al. 2019, "Are Sixteen Heads Really Better than One?"): how much the
@@ -71,7 +84,7 @@ def mask_gradient(model, batches: Iterable[dict], absolute: bool = True) -> list
         for m in masks:
             m.requires_grad_(True)
         for batch in _batches(batches, "importance"):
-            loss = model(**batch).lm_loss
+            loss = task_loss(model(**batch))
             grads = torch.autograd.grad(loss, [m for m in masks if m.numel()], allow_unused=True)
             grads = iter(grads)
             for s, m in zip(sums, masks):
@@ -360,7 +373,7 @@ class ProgressiveGrowthCallback(ResumableCallback):
         attns = _attentions(model)
         # expected loss increase of removing each head (mask m -> 0): -g * m
         batches = self._batches(train_dataloader, model)
-        tokens = sum(int((b["labels"][..., 1:] != -100).sum()) for b in batches)
+        tokens = sum(loss_items(b["labels"]) for b in batches)
         grads = [mean_tensor_over_ranks(g, tokens) for g in mask_gradient(model, batches, absolute=False)]
         scores = [-g * a.sentinel_head_mask.float().cpu() for g, a in zip(grads, attns)]
         total = sum(a.num_heads for a in attns)
@@ -391,7 +404,7 @@ class ProgressiveGrowthCallback(ResumableCallback):
             return
         # expected loss decrease of switching each inactive head on (mask 0 -> 1): -g * (1 - 0)
         batches = self._batches(train_dataloader, model)
-        tokens = sum(int((b["labels"][..., 1:] != -100).sum()) for b in batches)
+        tokens = sum(loss_items(b["labels"]) for b in batches)
         grads = [mean_tensor_over_ranks(g, tokens) for g in mask_gradient(model, batches, absolute=False)]
         helpful = [
             (-float(grads[i][h]), i, h)

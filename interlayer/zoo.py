@@ -19,7 +19,13 @@ from .models.configuration_attention_bridge import BartBridgeConfig, MarianBridg
 from .models.configuration_bridge import BertBridgeConfig, RobertaBridgeConfig
 from .models.configuration_hyper_connections import LlamaMHCConfig, Qwen3MHCConfig
 from .models.configuration_latent import LlamaLatentConfig, Qwen3LatentConfig
-from .models.configuration_sentinel import GPT2SentinelConfig, LlamaSentinelConfig, Qwen3SentinelConfig
+from .models.configuration_sentinel import (
+    BertSentinelConfig,
+    GPT2SentinelConfig,
+    LlamaSentinelConfig,
+    Qwen3SentinelConfig,
+    RobertaSentinelConfig,
+)
 from .models.modeling_attention_bridge import (
     BartBridgeForConditionalGeneration,
     BartBridgeModel,
@@ -35,12 +41,16 @@ from .models.modeling_bridge import (
 from .models.modeling_hyper_connections import LlamaMHCForCausalLM, LlamaMHCModel, Qwen3MHCForCausalLM, Qwen3MHCModel
 from .models.modeling_latent import LlamaLatentForCausalLM, LlamaLatentModel, Qwen3LatentForCausalLM, Qwen3LatentModel
 from .models.modeling_sentinel import (
+    BertSentinelForSequenceClassification,
+    BertSentinelModel,
     GPT2SentinelLMHeadModel,
     GPT2SentinelModel,
     LlamaSentinelForCausalLM,
     LlamaSentinelModel,
     Qwen3SentinelForCausalLM,
     Qwen3SentinelModel,
+    RobertaSentinelForSequenceClassification,
+    RobertaSentinelModel,
 )
 from .models.zoo_common import check_choice, check_option_names
 
@@ -80,6 +90,24 @@ ZOO: tuple[ZooEntry, ...] = (
     ZooEntry("sentinel", "llama", "causal-lm", LlamaSentinelConfig, LlamaSentinelForCausalLM, AutoModelForCausalLM),
     ZooEntry("sentinel", "qwen3", "base", Qwen3SentinelConfig, Qwen3SentinelModel, AutoModel),
     ZooEntry("sentinel", "qwen3", "causal-lm", Qwen3SentinelConfig, Qwen3SentinelForCausalLM, AutoModelForCausalLM),
+    ZooEntry("sentinel", "bert", "base", BertSentinelConfig, BertSentinelModel, AutoModel),
+    ZooEntry(
+        "sentinel",
+        "bert",
+        "sequence-classification",
+        BertSentinelConfig,
+        BertSentinelForSequenceClassification,
+        AutoModelForSequenceClassification,
+    ),
+    ZooEntry("sentinel", "roberta", "base", RobertaSentinelConfig, RobertaSentinelModel, AutoModel),
+    ZooEntry(
+        "sentinel",
+        "roberta",
+        "sequence-classification",
+        RobertaSentinelConfig,
+        RobertaSentinelForSequenceClassification,
+        AutoModelForSequenceClassification,
+    ),
     ZooEntry("hyper-connections", "qwen3", "base", Qwen3MHCConfig, Qwen3MHCModel, AutoModel),
     ZooEntry("hyper-connections", "qwen3", "causal-lm", Qwen3MHCConfig, Qwen3MHCForCausalLM, AutoModelForCausalLM),
     ZooEntry("hyper-connections", "llama", "base", LlamaMHCConfig, LlamaMHCModel, AutoModel),

@@ -1,15 +1,29 @@
-"""Sentinel gates beyond GPT-2: the conformance suite on the Llama family (Llama, Qwen3: grouped-query attention),
-and structural pruning of query heads and of key/value heads whose whole group is pruned."""
+"""Sentinel gates beyond GPT-2: the conformance suite on the Llama family (Llama, Qwen3: grouped-query attention)
+and on the BERT family (BERT, RoBERTa: encoders), structural pruning of query heads and of key/value heads whose
+whole group is pruned, and the options that do not apply to a family."""
 
 import pytest
 import torch
+from bridge_fixtures import TINY, build_gpt2, labels_for, pair_batch
 from gpt2_fixtures import lm_batch
 from hc_fixtures import TINY_DECODER, build_stock_llama, build_stock_qwen3, decoder_case
 from test_sentinel_mechanism import greedy_without_cache
-from transformers import LlamaModel
+from transformers import (
+    BertConfig,
+    BertForSequenceClassification,
+    LlamaModel,
+    RobertaConfig,
+    RobertaForSequenceClassification,
+)
 
-from interlayer import LlamaSentinelForCausalLM, LlamaSentinelModel, Qwen3SentinelForCausalLM
-from interlayer.testing import ConformanceSuite
+from interlayer import (
+    BertSentinelForSequenceClassification,
+    LlamaSentinelForCausalLM,
+    LlamaSentinelModel,
+    Qwen3SentinelForCausalLM,
+    RobertaSentinelForSequenceClassification,
+)
+from interlayer.testing import ConformanceCase, ConformanceSuite
 
 ACTIVE = dict(identity_init=False, unet_skips=True)
 DECODER_CONFIG_ERRORS = [
@@ -31,6 +45,55 @@ class TestQwen3SentinelConformance(ConformanceSuite):
         case = decoder_case(Qwen3SentinelForCausalLM, build_stock_qwen3, ACTIVE, DECODER_CONFIG_ERRORS)
         case.more_identity_options = [dict(unet_skips=True)]
         return case
+
+
+ENCODER_CONFIG_ERRORS = [
+    (dict(gate_l1=-1.0), r"gate_l1.*>= 0"),
+    (dict(unet_skips=True), r"unet_skips=True does not apply to the (bert|roberta) family"),
+    (dict(is_decoder=True), r"encoder-only.*is_decoder=True"),
+    (dict(pruned_heads={0: [4]}), r"pruned_heads\[0\] head.*<= 3.*got 4"),
+]
+
+
+def _build_encoder(folder, stock_class, config_class):
+    """The bridge tests' tiny classifier with weights drawn 5x wider: at the stock 0.02 its logits are near 1e-3, where
+    even the stock model's fp16 rounding is at the edge of the conformance suite's fp16 tolerance."""
+    torch.manual_seed(0)
+    model = stock_class(config_class(**TINY, initializer_range=0.1))
+    model.save_pretrained(folder)
+    return model
+
+
+def build_stock_bert(folder):
+    return _build_encoder(folder, BertForSequenceClassification, BertConfig)
+
+
+def build_stock_roberta(folder):
+    return _build_encoder(folder, RobertaForSequenceClassification, RobertaConfig)
+
+
+def encoder_case(model_class, build_stock, family):
+    return ConformanceCase(
+        build_stock=build_stock,
+        model_class=model_class,
+        auto_class_name="AutoModelForSequenceClassification",
+        active_options=dict(identity_init=False),
+        make_batch=lambda: pair_batch(family),
+        labels=labels_for,
+        wrong_architecture=build_gpt2,
+        config_errors=[({**TINY, **o}, p) for o, p in ENCODER_CONFIG_ERRORS],
+        lora_targets=["query", "value"],
+    )
+
+
+class TestBertSentinelConformance(ConformanceSuite):
+    def make_case(self):
+        return encoder_case(BertSentinelForSequenceClassification, build_stock_bert, "bert")
+
+
+class TestRobertaSentinelConformance(ConformanceSuite):
+    def make_case(self):
+        return encoder_case(RobertaSentinelForSequenceClassification, build_stock_roberta, "roberta")
 
 
 @pytest.fixture
@@ -112,3 +175,39 @@ def test_gqa_generate_with_cache_after_pruning(llama_dir, attn_implementation):
     cached = model.generate(prompt, max_new_tokens=8, do_sample=False, pad_token_id=0)
     torch.testing.assert_close(cached, greedy_without_cache(model, prompt, 8))
     assert model.model.layers[1].self_attn.k_proj.weight.shape[0] == TINY_DECODER["head_dim"]
+
+
+@pytest.mark.parametrize(
+    "model_class, build_stock, family",
+    [
+        (BertSentinelForSequenceClassification, build_stock_bert, "bert"),
+        (RobertaSentinelForSequenceClassification, build_stock_roberta, "roberta"),
+    ],
+)
+def test_encoder_pruning_equals_masking_and_reloads(tmp_path, model_class, build_stock, family):
+    """Pruned encoder heads (a whole layer too) compute what their gates at zero let through, with padding, and the
+    pruned classifier reloads with the smaller shapes; the controller's tools run on it."""
+    from interlayer.sentinel import head_scores
+
+    build_stock(str(tmp_path / "stock"))
+    torch.manual_seed(0)
+    model = model_class.from_pretrained(str(tmp_path / "stock"), identity_init=False).eval()
+    batch = pair_batch(family)
+    heads = {0: [1, 2], 3: [0, 1, 2, 3]}
+    with torch.no_grad():
+        for layer, hs in heads.items():
+            model.base_model.encoder.layer[layer].attention.self.sentinel_head_mask[hs] = 0.0
+        masked = model(**batch).logits
+        model.prune_heads(heads)
+        pruned = model(**batch).logits
+    torch.testing.assert_close(pruned, masked)
+    layer0 = model.base_model.encoder.layer[0].attention
+    assert layer0.self.query.weight.shape == (16, 32) and layer0.output.dense.weight.shape == (32, 16)
+    model.save_pretrained(tmp_path / "pruned")
+    reloaded = model_class.from_pretrained(tmp_path / "pruned").eval()
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(**batch).logits, pruned)
+    batch["labels"] = labels_for(batch)
+    for strategy in ("entropy", "magnitude", "importance"):
+        scores = head_scores(reloaded, strategy, [batch])
+        assert [len(s) for s in scores] == [2, 4, 4, 0]

@@ -3,7 +3,7 @@
 import dataclasses
 from typing import ClassVar
 
-from transformers import GPT2Config, LlamaConfig, Qwen3Config
+from transformers import BertConfig, GPT2Config, LlamaConfig, Qwen3Config, RobertaConfig
 
 from .zoo_common import ZooConfigFields, ZooConfigMixin, check_range, zoo_config
 
@@ -38,11 +38,18 @@ class SentinelFields(ZooConfigFields):
     unet_skip_scale: float | int = 0.1
 
     def validate_sentinel(self):
-        if self.unet_skips and not getattr(self, "unet_skips_apply", True):
-            raise ValueError(
-                f"unet_skips=True does not apply to the {self.sentinel_family} family: U-Net skips join the first "
-                "half of a decoder's layers to the second; set unet_skips=False."
-            )
+        if getattr(self, "sentinel_is_encoder", False):
+            if self.unet_skips:
+                raise ValueError(
+                    f"unet_skips=True does not apply to the {self.sentinel_family} family (an encoder): U-Net skips "
+                    "join the first half of a decoder's layers to the second; set unet_skips=False."
+                )
+            if self.is_decoder or self.add_cross_attention:
+                raise ValueError(
+                    f"Sentinel gates on the {self.sentinel_family} family are encoder-only: `is_decoder` and "
+                    f"`add_cross_attention` must be False, got is_decoder={self.is_decoder!r}, "
+                    f"add_cross_attention={self.add_cross_attention!r}."
+                )
         check_range("gate_l1", self.gate_l1, 0)
         check_range("unet_skip_scale", self.unet_skip_scale, 0)
         for layer, heads in (self.pruned_heads or {}).items():
@@ -56,7 +63,8 @@ class SentinelConfigMixin:
     key/value heads each layer still has. A key/value head goes only when every query head of its group is pruned."""
 
     sentinel_family: ClassVar[str] = ""
-    unet_skips_apply: ClassVar[bool] = True
+    # an encoder family: no U-Net skips (they join a decoder's halves) and no decoder use
+    sentinel_is_encoder: ClassVar[bool] = False
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
@@ -118,6 +126,28 @@ class Qwen3SentinelConfig(SentinelConfigMixin, ZooConfigMixin, Qwen3Config, Sent
     sentinel_family = "qwen3"
 
 
+@zoo_config
+class BertSentinelConfig(SentinelConfigMixin, ZooConfigMixin, BertConfig, SentinelFields):
+    r"""Configuration of [`BertSentinelModel`]: every [`BertConfig`] field plus the sentinel options of
+    [`SentinelFields`] (no U-Net skips: an encoder). Converts checkpoints of model_type `bert`."""
+
+    model_type = "bert_sentinel"
+    stock_model_types = ("bert",)
+    sentinel_family = "bert"
+    sentinel_is_encoder = True
+
+
+@zoo_config
+class RobertaSentinelConfig(SentinelConfigMixin, ZooConfigMixin, RobertaConfig, SentinelFields):
+    r"""Configuration of [`RobertaSentinelModel`]: every [`RobertaConfig`] field plus the sentinel options of
+    [`SentinelFields`] (no U-Net skips: an encoder). Converts checkpoints of model_type `roberta`."""
+
+    model_type = "roberta_sentinel"
+    stock_model_types = ("roberta",)
+    sentinel_family = "roberta"
+    sentinel_is_encoder = True
+
+
 class LegacyGatedGPT2Config(GPT2SentinelConfig):
     """The model type `gated_gpt2` of models saved before the rename, for `AutoConfig` in-process: it reads such a
     config.json as a [`GPT2SentinelConfig`] (so the Auto model classes pick the current classes, and a save writes
@@ -134,11 +164,13 @@ class LegacyGatedGPT2Config(GPT2SentinelConfig):
 GatedGPT2Config = GPT2SentinelConfig
 
 __all__ = [
+    "BertSentinelConfig",
     "GPT2SentinelConfig",
     "GatedGPT2Config",
     "LegacyGatedGPT2Config",
     "LlamaSentinelConfig",
     "Qwen3SentinelConfig",
+    "RobertaSentinelConfig",
     "SentinelConfigMixin",
     "SentinelFields",
 ]

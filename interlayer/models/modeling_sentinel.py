@@ -28,9 +28,20 @@ from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.generation import GenerationMixin
+from transformers.loss.loss_utils import ForSequenceClassificationLoss
 from transformers.masking_utils import create_causal_mask
 from transformers.modeling_outputs import BaseModelOutputWithPast, ModelOutput
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.models.bert.modeling_bert import (
+    BertEmbeddings,
+    BertEncoder,
+    BertLayer,
+    BertModel,
+    BertPooler,
+    BertPreTrainedModel,
+    BertSelfAttention,
+)
+from transformers.models.bert.modeling_bert import eager_attention_forward as bert_eager_attention_forward
 from transformers.models.gpt2.modeling_gpt2 import (
     GPT2Attention,
     GPT2Block,
@@ -56,10 +67,26 @@ from transformers.models.qwen3.modeling_qwen3 import (
     Qwen3RMSNorm,
     Qwen3RotaryEmbedding,
 )
+from transformers.models.roberta.modeling_roberta import (
+    RobertaClassificationHead,
+    RobertaEmbeddings,
+    RobertaEncoder,
+    RobertaLayer,
+    RobertaModel,
+    RobertaPooler,
+    RobertaPreTrainedModel,
+    RobertaSelfAttention,
+)
 from transformers.pytorch_utils import Conv1D
 from transformers.utils.generic import can_return_tuple
 
-from .configuration_sentinel import GPT2SentinelConfig, LlamaSentinelConfig, Qwen3SentinelConfig
+from .configuration_sentinel import (
+    BertSentinelConfig,
+    GPT2SentinelConfig,
+    LlamaSentinelConfig,
+    Qwen3SentinelConfig,
+    RobertaSentinelConfig,
+)
 from .decoder_common import CausalLMMixin, DecoderStackMixin
 from .zoo_common import ZooModelMixin
 
@@ -199,7 +226,8 @@ class SentinelGates:
         scores = query @ key.transpose(-1, -2) * scaling
         q_len, k_len = scores.shape[-2:]
         if attention_mask is None:
-            allowed = torch.ones(q_len, k_len, dtype=torch.bool, device=scores.device).tril(k_len - q_len)[None, None]
+            allowed = torch.ones(q_len, k_len, dtype=torch.bool, device=scores.device)[None, None]
+            allowed = allowed.tril(k_len - q_len) if self.is_causal else allowed
         elif attention_mask.dtype == torch.bool:
             allowed = attention_mask
         else:
@@ -317,6 +345,48 @@ class Qwen3SentinelAttention(DecoderSentinelAttention, Qwen3Attention):
     pass
 
 
+class EncoderSentinelSelfAttention(SentinelGates):
+    """The BERT family's self-attention (BERT, RoBERTa) with one sentinel gate per head: the stock forward, with
+    `attend` in place of the attention function. Its output projection is the sibling `attention.output.dense`."""
+
+    def __init__(self, config, is_causal=False, layer_idx=None):
+        super().__init__(config, is_causal=is_causal, layer_idx=layer_idx)
+        self.head_dim = self.attention_head_size
+        self.setup_sentinel(config, layer_idx)
+        if self.num_heads != config.num_attention_heads:
+            self.query, self.key, self.value = (
+                nn.Linear(config.hidden_size, self.num_heads * self.head_dim) for _ in range(3)
+            )
+
+    def forward(self, hidden_states, attention_mask=None, past_key_values=None, **kwargs):
+        input_shape = hidden_states.shape[:-1]
+        if self.num_heads == 0:  # the output projection (with no inputs) then adds only its bias
+            return hidden_states.new_zeros(*input_shape, 0), None
+        hidden_shape = (*input_shape, -1, self.head_dim)
+        query, key, value = (
+            m(hidden_states).view(hidden_shape).transpose(1, 2) for m in (self.query, self.key, self.value)
+        )
+        attn_output, attn_weights = self.attend(
+            query,
+            key,
+            value,
+            attention_mask,
+            bert_eager_attention_forward,
+            dropout=0.0 if not self.training else self.dropout.p,
+            scaling=self.scaling,
+            **kwargs,
+        )
+        return attn_output.reshape(*input_shape, -1).contiguous(), attn_weights
+
+
+class BertSentinelSelfAttention(EncoderSentinelSelfAttention, BertSelfAttention):
+    pass
+
+
+class RobertaSentinelSelfAttention(EncoderSentinelSelfAttention, RobertaSelfAttention):
+    pass
+
+
 class UNetSkipFusion(nn.Linear):
     """The U-Net skip fusion `Linear([h_dec; h_enc]) -> d` (seed section 2.2), zero at initialisation.
 
@@ -399,6 +469,39 @@ class LlamaSentinelDecoderLayer(DecoderSentinelLayerMixin, LlamaDecoderLayer):
 
 class Qwen3SentinelDecoderLayer(DecoderSentinelLayerMixin, Qwen3DecoderLayer):
     attention_class = Qwen3SentinelAttention
+
+
+class EncoderSentinelLayerMixin:
+    """A stock BERT-family layer whose self-attention is gated (and, once pruned, its output projection smaller)."""
+
+    attention_class: type
+
+    def __init__(self, config, layer_idx=None):
+        super().__init__(config, layer_idx=layer_idx)
+        self.attention.self = self.attention_class(config, is_causal=False, layer_idx=layer_idx)
+        heads = self.attention.self.num_heads
+        if heads != config.num_attention_heads:
+            self.attention.output.dense = nn.Linear(heads * self.attention.self.head_dim, config.hidden_size)
+
+
+class BertSentinelLayer(EncoderSentinelLayerMixin, BertLayer):
+    attention_class = BertSentinelSelfAttention
+
+
+class RobertaSentinelLayer(EncoderSentinelLayerMixin, RobertaLayer):
+    attention_class = RobertaSentinelSelfAttention
+
+
+@dataclass
+class SentinelSequenceClassifierOutput(ModelOutput):
+    """Sequence-classification output; `loss` is `task_loss + gate_l1_loss` when labels are given."""
+
+    loss: torch.FloatTensor | None = None
+    logits: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
+    task_loss: torch.FloatTensor | None = None
+    gate_l1_loss: torch.FloatTensor | None = None
 
 
 @dataclass
@@ -813,6 +916,137 @@ class Qwen3SentinelForCausalLM(SentinelLMHeadMixin, DecoderSentinelPreTrainedMix
     _no_split_modules = ["Qwen3SentinelDecoderLayer"]
 
 
+class EncoderSentinelPreTrainedMixin(SentinelPreTrainedMixin):
+    sentinel_roles = SentinelRoles(
+        attention="attention.self",
+        qkv=("attention.self.query", "attention.self.key", "attention.self.value"),
+        out="attention.output.dense",
+    )
+    sentinel_layer_path = "encoder.layer"
+
+
+class EncoderSentinelModelMixin(EncoderSentinelPreTrainedMixin):
+    """A BERT-family encoder with sentinel-gated self-attention: stock embeddings, encoder (its layers gated) and
+    pooler, and the stock forward."""
+
+    embeddings_class: type
+    encoder_class: type
+    layer_class: type
+    pooler_class: type
+
+    def __init__(self, config, add_pooling_layer: bool = True):
+        PreTrainedModel.__init__(self, config)
+        self.config = config
+        self.gradient_checkpointing = False
+        self.embeddings = self.embeddings_class(config)
+        self.encoder = self.encoder_class(config)
+        self.encoder.layer = nn.ModuleList(
+            [self.layer_class(config, layer_idx=i) for i in range(config.num_hidden_layers)]
+        )
+        self.pooler = self.pooler_class(config) if add_pooling_layer else None
+        self.post_init()
+
+
+class EncoderSentinelForSequenceClassificationMixin(EncoderSentinelPreTrainedMixin):
+    """Sequence classification on a sentinel encoder with the family's stock head; the loss adds the gates' L1
+    pressure."""
+
+    pipeline_tag = "text-classification"
+    # the loss is a batch mean that ignores `num_items_in_batch`: the Trainer divides it for gradient accumulation
+    accepts_loss_kwargs = False
+    base_class: type
+    stock_uses_pooler: bool
+
+    def __init__(self, config):
+        PreTrainedModel.__init__(self, config)
+        self.num_labels = config.num_labels
+        self.config = config
+        setattr(self, self.base_model_prefix, self.base_class(config, add_pooling_layer=self.stock_uses_pooler))
+        self.build_stock_head(config)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        **kwargs,
+    ) -> SentinelSequenceClassifierOutput:
+        outputs = self.base_model(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
+        )
+        logits = self.stock_logits(outputs)
+        loss = task_loss = l1 = None
+        if labels is not None:
+            task_loss = ForSequenceClassificationLoss(labels, logits, self.config)
+            l1 = self.config.gate_l1 * self.gate_l1()
+            loss = task_loss + l1
+        return SentinelSequenceClassifierOutput(
+            loss=loss,
+            logits=logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+            task_loss=task_loss,
+            gate_l1_loss=l1,
+        )
+
+
+class BertSentinelModel(EncoderSentinelModelMixin, BertModel):
+    config_class = BertSentinelConfig
+    embeddings_class = BertEmbeddings
+    encoder_class = BertEncoder
+    layer_class = BertSentinelLayer
+    pooler_class = BertPooler
+    _no_split_modules = ["BertEmbeddings", "BertSentinelLayer"]
+
+
+class BertSentinelForSequenceClassification(EncoderSentinelForSequenceClassificationMixin, BertPreTrainedModel):
+    config_class = BertSentinelConfig
+    base_class = BertSentinelModel
+    stock_uses_pooler = True
+    _no_split_modules = ["BertEmbeddings", "BertSentinelLayer"]
+
+    def build_stock_head(self, config):
+        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+
+    def stock_logits(self, outputs):
+        return self.classifier(self.dropout(outputs.pooler_output))
+
+
+class RobertaSentinelModel(EncoderSentinelModelMixin, RobertaModel):
+    config_class = RobertaSentinelConfig
+    embeddings_class = RobertaEmbeddings
+    encoder_class = RobertaEncoder
+    layer_class = RobertaSentinelLayer
+    pooler_class = RobertaPooler
+    _no_split_modules = ["RobertaEmbeddings", "RobertaSentinelLayer"]
+
+
+class RobertaSentinelForSequenceClassification(EncoderSentinelForSequenceClassificationMixin, RobertaPreTrainedModel):
+    config_class = RobertaSentinelConfig
+    base_class = RobertaSentinelModel
+    stock_uses_pooler = False
+    _no_split_modules = ["RobertaEmbeddings", "RobertaSentinelLayer"]
+
+    def build_stock_head(self, config):
+        self.classifier = RobertaClassificationHead(config)
+
+    def stock_logits(self, outputs):
+        return self.classifier(outputs.last_hidden_state)
+
+
 for _config, _base, _lm in (
     (GPT2SentinelConfig, GPT2SentinelModel, GPT2SentinelLMHeadModel),
     (LlamaSentinelConfig, LlamaSentinelModel, LlamaSentinelForCausalLM),
@@ -821,12 +1055,21 @@ for _config, _base, _lm in (
     _config.register_for_auto_class()
     _base.register_for_auto_class("AutoModel")
     _lm.register_for_auto_class("AutoModelForCausalLM")
+for _config, _base, _classifier in (
+    (BertSentinelConfig, BertSentinelModel, BertSentinelForSequenceClassification),
+    (RobertaSentinelConfig, RobertaSentinelModel, RobertaSentinelForSequenceClassification),
+):
+    _config.register_for_auto_class()
+    _base.register_for_auto_class("AutoModel")
+    _classifier.register_for_auto_class("AutoModelForSequenceClassification")
 
 # the names the GPT-2 classes had before the rename, still documented and importable
 GatedGPT2Model = GPT2SentinelModel
 GatedGPT2LMHeadModel = GPT2SentinelLMHeadModel
 
 __all__ = [
+    "BertSentinelForSequenceClassification",
+    "BertSentinelModel",
     "GPT2SentinelAttention",
     "GPT2SentinelLMHeadModel",
     "GPT2SentinelModel",
@@ -836,7 +1079,10 @@ __all__ = [
     "LlamaSentinelModel",
     "Qwen3SentinelForCausalLM",
     "Qwen3SentinelModel",
+    "RobertaSentinelForSequenceClassification",
+    "RobertaSentinelModel",
     "SentinelCausalLMOutput",
+    "SentinelSequenceClassifierOutput",
     "SentinelGates",
     "SentinelRoles",
 ]
