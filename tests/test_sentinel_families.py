@@ -211,3 +211,63 @@ def test_encoder_pruning_equals_masking_and_reloads(tmp_path, model_class, build
     for strategy in ("entropy", "magnitude", "importance"):
         scores = head_scores(reloaded, strategy, [batch])
         assert [len(s) for s in scores] == [2, 4, 4, 0]
+
+
+def _family_model_and_rows(tmp_path, family):
+    """A converted tiny model of the family and 8 training rows (labels included)."""
+    if family == "llama":
+        build_stock_llama(str(tmp_path / "stock"))
+        model = LlamaSentinelForCausalLM.from_pretrained(str(tmp_path / "stock"))
+        batch = lm_batch(lengths=(12, 9, 5, 7, 12, 3, 8, 10))
+        batch["labels"] = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+    else:
+        build_stock_bert(str(tmp_path / "stock"))
+        model = BertSentinelForSequenceClassification.from_pretrained(str(tmp_path / "stock"))
+        batch = pair_batch("bert", lengths=((6, 5), (4, 3), (2, 2), (5, 1)) * 2)
+        batch["labels"] = labels_for(batch)
+    rows = [{k: v[i] for k, v in batch.items()} for i in range(8)]
+    return model, rows
+
+
+@pytest.mark.parametrize("family", ["llama", "bert"])
+def test_controller_and_growth_run_on_the_family(tmp_path, family):
+    """The controller masks exactly its budget in a Trainer run (30% of the heads, rounded down), the masked heads
+    are then pruned (in grouped-query attention, a key/value head only with its whole group) and the pruned model
+    computes what the masked one did; progressive growth starts from its share of the heads."""
+    from transformers import Trainer, TrainingArguments
+
+    from interlayer.sentinel import ProgressiveGrowthCallback, SentinelControllerCallback
+
+    model, rows = _family_model_and_rows(tmp_path, family)
+    total = model.config.num_hidden_layers * model.config.num_attention_heads
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "run"),
+        per_device_train_batch_size=4,
+        max_steps=6,
+        learning_rate=1e-3,
+        report_to="none",
+        use_cpu=True,
+        save_strategy="no",
+        seed=0,
+    )
+    controller = SentinelControllerCallback(
+        warmup_steps=0, update_frequency=1, entropy_threshold=0.0, grad_threshold=1e9, learning_rate=10.0
+    )
+    Trainer(model=model, args=args, train_dataset=rows, callbacks=[controller]).train()
+    assert sum(int((a.sentinel_head_mask == 0).sum()) for a in model.gated_attentions) == int(0.3 * total)
+    model.eval()
+    batch = {k: torch.stack([r[k] for r in rows]) for k in rows[0] if k != "labels"}
+    with torch.no_grad():
+        masked = model(**batch).logits
+        pruned = model.prune_masked_heads()
+        torch.testing.assert_close(model(**batch).logits, masked)
+    assert sum(len(v) for v in pruned.values()) == int(0.3 * total)
+    for attn in model.gated_attentions:
+        assert attn.kv_head_ids.tolist() == model.config.kv_heads_in_layer(attn.layer_idx)
+
+    growth = ProgressiveGrowthCallback(start_active=0.25, grow_per_epoch=0.25, target_active=0.75, score_batches=1)
+    args.max_steps, args.num_train_epochs = -1, 1
+    Trainer(model=model, args=args, train_dataset=rows, callbacks=[growth]).train()
+    remaining = total - int(0.3 * total)
+    active = sum(int((a.sentinel_head_mask > 0).sum()) for a in model.gated_attentions)
+    assert round(0.25 * remaining) <= active <= round(0.25 * remaining) + round(0.25 * remaining)

@@ -299,12 +299,12 @@ class DecoderSentinelAttention(SentinelGates):
     def __init__(self, config, layer_idx):
         super().__init__(config, layer_idx)
         self.setup_sentinel(config, layer_idx)
-        bias = config.attention_bias
-        if self.num_heads != config.num_attention_heads:
-            self.q_proj = nn.Linear(config.hidden_size, self.num_heads * self.head_dim, bias=bias)
-            self.k_proj = nn.Linear(config.hidden_size, self.num_kv_heads * self.head_dim, bias=bias)
-            self.v_proj = nn.Linear(config.hidden_size, self.num_kv_heads * self.head_dim, bias=bias)
-            self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=bias)
+        if self.num_heads != config.num_attention_heads:  # the stock layout's biases, at the pruned sizes
+            q, kv = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+            self.q_proj = nn.Linear(config.hidden_size, q, bias=self.q_proj.bias is not None)
+            self.k_proj = nn.Linear(config.hidden_size, kv, bias=self.k_proj.bias is not None)
+            self.v_proj = nn.Linear(config.hidden_size, kv, bias=self.v_proj.bias is not None)
+            self.o_proj = nn.Linear(q, config.hidden_size, bias=self.o_proj.bias is not None)
 
     def forward(self, hidden_states, position_embeddings=None, attention_mask=None, past_key_values=None, **kwargs):
         if self.num_heads == 0:
