@@ -1,4 +1,4 @@
-"""Sentinel gates beyond GPT-2: the conformance suite on the Llama family (Llama, Qwen3: grouped-query attention)
+"""Sentinel gates beyond GPT-2: the conformance suite on the Llama family (Llama, Qwen2, Qwen3: grouped-query attention)
 and on the BERT family (BERT, RoBERTa: encoders), structural pruning of query heads and of key/value heads whose
 whole group is pruned, and the options that do not apply to a family."""
 
@@ -11,15 +11,18 @@ from test_sentinel_mechanism import greedy_without_cache
 from transformers import (
     BertConfig,
     BertForSequenceClassification,
-    LlamaModel,
+    BertModel,
+    Qwen2Config,
+    Qwen2ForCausalLM,
     RobertaConfig,
     RobertaForSequenceClassification,
+    RobertaModel,
 )
 
 from interlayer import (
     BertSentinelForSequenceClassification,
     LlamaSentinelForCausalLM,
-    LlamaSentinelModel,
+    Qwen2SentinelForCausalLM,
     Qwen3SentinelForCausalLM,
     RobertaSentinelForSequenceClassification,
 )
@@ -36,6 +39,20 @@ DECODER_CONFIG_ERRORS = [
 class TestLlamaSentinelConformance(ConformanceSuite):
     def make_case(self):
         case = decoder_case(LlamaSentinelForCausalLM, build_stock_llama, ACTIVE, DECODER_CONFIG_ERRORS)
+        case.more_identity_options = [dict(unet_skips=True)]
+        return case
+
+
+def build_stock_qwen2(folder):
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(Qwen2Config(**TINY_DECODER))
+    model.save_pretrained(folder)
+    return model
+
+
+class TestQwen2SentinelConformance(ConformanceSuite):
+    def make_case(self):
+        case = decoder_case(Qwen2SentinelForCausalLM, build_stock_qwen2, ACTIVE, DECODER_CONFIG_ERRORS)
         case.more_identity_options = [dict(unet_skips=True)]
         return case
 
@@ -102,13 +119,33 @@ def llama_dir(tmp_path):
     return str(tmp_path / "llama")
 
 
-def test_llama_base_model_equals_stock(llama_dir):
-    stock = LlamaModel.from_pretrained(llama_dir).eval()
-    model = LlamaSentinelModel.from_pretrained(llama_dir, unet_skips=True).eval()
-    batch = lm_batch()
+@pytest.mark.parametrize(
+    "family, build_stock, make_batch",
+    [
+        ("llama", build_stock_llama, lm_batch),
+        ("qwen2", build_stock_qwen2, lm_batch),
+        ("qwen3", build_stock_qwen3, lm_batch),
+        ("bert", lambda f: _build_encoder(f, BertModel, BertConfig), lambda: pair_batch("bert")),
+        ("roberta", lambda f: _build_encoder(f, RobertaModel, RobertaConfig), lambda: pair_batch("roberta")),
+    ],
+)
+def test_base_models_convert_and_equal_stock(tmp_path, family, build_stock, make_batch):
+    """The `base` cell of each family: `convert` loads every stock weight of the base model (none missing, none
+    unused but a causal LM's head; the encoders from a stock base checkpoint, pooler included) and, at identity
+    init, the hidden states equal the stock base model's."""
+    from transformers import AutoModel
+
+    from interlayer import convert
+
+    build_stock(str(tmp_path / "stock"))
+    model, report = convert(str(tmp_path / "stock"), "sentinel", task="base")
+    assert report.entry.stock_model_type == family and type(model) is report.entry.model_class
+    assert all("sentinel_" in k for k in report.missing_keys), report.missing_keys
+    assert all(k.startswith(("lm_head.", "classifier.", "score.")) for k in report.unexpected_keys)
+    stock = AutoModel.from_pretrained(str(tmp_path / "stock")).eval()
+    batch = make_batch()
     with torch.no_grad():
-        expected = stock(**batch).last_hidden_state
-        got = model(**batch).last_hidden_state
+        expected, got = stock(**batch).last_hidden_state, model.eval()(**batch).last_hidden_state
     real = batch["attention_mask"].bool()
     torch.testing.assert_close(got[real], expected[real])
 

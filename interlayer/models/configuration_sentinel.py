@@ -3,7 +3,7 @@
 import dataclasses
 from typing import ClassVar
 
-from transformers import BertConfig, GPT2Config, LlamaConfig, Qwen3Config, RobertaConfig
+from transformers import BertConfig, GPT2Config, LlamaConfig, Qwen2Config, Qwen3Config, RobertaConfig
 
 from .zoo_common import ZooConfigFields, ZooConfigMixin, check_range, zoo_config
 
@@ -117,6 +117,16 @@ class LlamaSentinelConfig(SentinelConfigMixin, ZooConfigMixin, LlamaConfig, Sent
 
 
 @zoo_config
+class Qwen2SentinelConfig(SentinelConfigMixin, ZooConfigMixin, Qwen2Config, SentinelFields):
+    r"""Configuration of [`Qwen2SentinelModel`]: every [`Qwen2Config`] field plus the sentinel options of
+    [`SentinelFields`]. Converts checkpoints of model_type `qwen2`."""
+
+    model_type = "qwen2_sentinel"
+    stock_model_types = ("qwen2",)
+    sentinel_family = "qwen2"
+
+
+@zoo_config
 class Qwen3SentinelConfig(SentinelConfigMixin, ZooConfigMixin, Qwen3Config, SentinelFields):
     r"""Configuration of [`Qwen3SentinelModel`]: every [`Qwen3Config`] field plus the sentinel options of
     [`SentinelFields`]. Converts checkpoints of model_type `qwen3`."""
@@ -169,6 +179,7 @@ __all__ = [
     "GatedGPT2Config",
     "LegacyGatedGPT2Config",
     "LlamaSentinelConfig",
+    "Qwen2SentinelConfig",
     "Qwen3SentinelConfig",
     "RobertaSentinelConfig",
     "SentinelConfigMixin",

@@ -1,6 +1,6 @@
 """Sentinel gates (seed 001): a learnable gate per attention head, L1 pressure on the gates, structural head
 pruning, and U-Net skips from the first half of a decoder's layers to the second; on GPT-2 and on the Llama family
-(Llama, Qwen3: grouped-query attention).
+(Llama, Qwen2, Qwen3: grouped-query attention).
 
 Every stock weight keeps its stock name and layout, so a stock checkpoint loads with nothing missing. The gate of
 query head h scales that head's attention output before the output projection:
@@ -59,6 +59,14 @@ from transformers.models.llama.modeling_llama import (
     apply_rotary_pos_emb,
 )
 from transformers.models.llama.modeling_llama import eager_attention_forward as llama_eager_attention_forward
+from transformers.models.qwen2.modeling_qwen2 import (
+    Qwen2Attention,
+    Qwen2DecoderLayer,
+    Qwen2ForCausalLM,
+    Qwen2Model,
+    Qwen2RMSNorm,
+    Qwen2RotaryEmbedding,
+)
 from transformers.models.qwen3.modeling_qwen3 import (
     Qwen3Attention,
     Qwen3DecoderLayer,
@@ -84,6 +92,7 @@ from .configuration_sentinel import (
     BertSentinelConfig,
     GPT2SentinelConfig,
     LlamaSentinelConfig,
+    Qwen2SentinelConfig,
     Qwen3SentinelConfig,
     RobertaSentinelConfig,
 )
@@ -292,7 +301,7 @@ class GPT2SentinelAttention(SentinelGates, GPT2Attention):
 
 
 class DecoderSentinelAttention(SentinelGates):
-    """The Llama family's attention (Llama, Qwen3) with one sentinel gate per query head: the stock forward, with
+    """The Llama family's attention (Llama, Qwen2, Qwen3) with one sentinel gate per query head: the stock forward, with
     `attend` in place of the attention function. Qwen3's per-head query/key norms and sliding windows are used when
     the stock class has them."""
 
@@ -338,6 +347,10 @@ class DecoderSentinelAttention(SentinelGates):
 
 
 class LlamaSentinelAttention(DecoderSentinelAttention, LlamaAttention):
+    pass
+
+
+class Qwen2SentinelAttention(DecoderSentinelAttention, Qwen2Attention):
     pass
 
 
@@ -465,6 +478,10 @@ class DecoderSentinelLayerMixin(UNetSkipMixin):
 
 class LlamaSentinelDecoderLayer(DecoderSentinelLayerMixin, LlamaDecoderLayer):
     attention_class = LlamaSentinelAttention
+
+
+class Qwen2SentinelDecoderLayer(DecoderSentinelLayerMixin, Qwen2DecoderLayer):
+    attention_class = Qwen2SentinelAttention
 
 
 class Qwen3SentinelDecoderLayer(DecoderSentinelLayerMixin, Qwen3DecoderLayer):
@@ -899,6 +916,23 @@ class LlamaSentinelForCausalLM(SentinelLMHeadMixin, DecoderSentinelPreTrainedMix
     _no_split_modules = ["LlamaSentinelDecoderLayer"]
 
 
+class Qwen2SentinelModel(DecoderSentinelModelMixin, Qwen2Model):
+    config_class = Qwen2SentinelConfig
+    decoder_layer_class = Qwen2SentinelDecoderLayer
+    norm_class = Qwen2RMSNorm
+    rotary_class = Qwen2RotaryEmbedding
+    _no_split_modules = ["Qwen2SentinelDecoderLayer"]
+    _can_record_outputs = {}
+
+
+class Qwen2SentinelForCausalLM(SentinelLMHeadMixin, DecoderSentinelPreTrainedMixin, CausalLMMixin, Qwen2ForCausalLM):
+    """Causal LM on [`Qwen2SentinelModel`] (stock head and tying); the loss adds the gates' L1 pressure."""
+
+    config_class = Qwen2SentinelConfig
+    base_class = Qwen2SentinelModel
+    _no_split_modules = ["Qwen2SentinelDecoderLayer"]
+
+
 class Qwen3SentinelModel(DecoderSentinelModelMixin, Qwen3Model):
     config_class = Qwen3SentinelConfig
     decoder_layer_class = Qwen3SentinelDecoderLayer
@@ -1050,6 +1084,7 @@ class RobertaSentinelForSequenceClassification(EncoderSentinelForSequenceClassif
 for _config, _base, _lm in (
     (GPT2SentinelConfig, GPT2SentinelModel, GPT2SentinelLMHeadModel),
     (LlamaSentinelConfig, LlamaSentinelModel, LlamaSentinelForCausalLM),
+    (Qwen2SentinelConfig, Qwen2SentinelModel, Qwen2SentinelForCausalLM),
     (Qwen3SentinelConfig, Qwen3SentinelModel, Qwen3SentinelForCausalLM),
 ):
     _config.register_for_auto_class()
@@ -1077,6 +1112,8 @@ __all__ = [
     "GatedGPT2Model",
     "LlamaSentinelForCausalLM",
     "LlamaSentinelModel",
+    "Qwen2SentinelForCausalLM",
+    "Qwen2SentinelModel",
     "Qwen3SentinelForCausalLM",
     "Qwen3SentinelModel",
     "RobertaSentinelForSequenceClassification",
