@@ -219,9 +219,11 @@ def test_cli_converts_stock_gpt2_as_a_causal_lm(gpt2_dir, tmp_path):
 
 
 def test_model_saved_before_the_rename_loads_in_process(gpt2_dir, tmp_path):
-    """A folder saved when the mechanism was `gated_gpt2` (model type and auto_map exactly as that code wrote them)
-    loads through the Auto classes with the package imported and no remote code, computes what it computed, and is
-    saved again under the current model type. The old class names are the current classes."""
+    """A folder saved when the mechanism was `gated_gpt2` loads through the Auto classes with the package imported
+    and no remote code, computes what it computed, and is saved again under the current model type. The folder is
+    the current save with the three config fields the old code wrote differently (model_type, architectures,
+    auto_map; checked against a folder that code saved: the weights' names and shapes are the same). The old class
+    names are the current classes."""
     import json
 
     from transformers import AutoConfig, AutoModelForCausalLM
