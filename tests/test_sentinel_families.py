@@ -308,3 +308,30 @@ def test_controller_and_growth_run_on_the_family(tmp_path, family):
     remaining = total - int(0.3 * total)
     active = sum(int((a.sentinel_head_mask > 0).sum()) for a in model.gated_attentions)
     assert round(0.25 * remaining) <= active <= round(0.25 * remaining) + round(0.25 * remaining)
+
+
+def test_gqa_entropy_matches_manual_softmax(llama_dir):
+    """The controller's per-head attention entropy on grouped-query attention: each query head against its own
+    group's keys (after the rotary embedding), checked against a manual softmax, on a layer with ragged groups."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    model = LlamaSentinelForCausalLM.from_pretrained(llama_dir).eval()
+    model.prune_heads({1: [1]})  # layer 1: query heads 0 | 2, 3 on key/value heads 0 | 1
+    layer = model.model.layers[1]
+    attn = layer.self_attn
+    attn.measure_entropy = True
+    ids = lm_batch(lengths=(8,))["input_ids"]
+    d = TINY_DECODER["head_dim"]
+    with torch.no_grad():
+        hidden = model(input_ids=ids, output_hidden_states=True).hidden_states[1]
+        x = layer.input_layernorm(hidden)
+        q = attn.q_proj(x).view(1, 8, 3, d).transpose(1, 2)
+        k = attn.k_proj(x).view(1, 8, 2, d).transpose(1, 2)
+        cos, sin = model.model.rotary_emb(x, torch.arange(8)[None])
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        expected = []
+        for head, kv in zip(range(3), (0, 1, 1)):
+            scores = (q[0, head] @ k[0, kv].T / d**0.5).masked_fill(~torch.ones(8, 8, dtype=torch.bool).tril(), -1e9)
+            p = scores.softmax(-1)
+            expected.append(-(p * p.clamp(min=1e-12).log()).sum(-1).mean())
+    torch.testing.assert_close(attn.last_entropy, torch.stack(expected))
