@@ -26,8 +26,10 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/interlayer demo
 
+# the suite runs in TEST_WORKERS processes (pytest-xdist; each module or conformance class stays in one process)
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[bench]"

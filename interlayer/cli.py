@@ -84,15 +84,30 @@ def cmd_inspect(args) -> int:
 
 
 def cmd_list(args) -> int:
-    from .zoo import ZOO
+    from .zoo import MECHANISMS, TASKS, ZOO, matrix, matrix_markdown, options_markdown
 
-    print(f"{'mechanism':<19}{'stock model_type':<18}{'task':<26}class")
-    for e in ZOO:
-        print(f"{e.mechanism:<19}{e.stock_model_type:<18}{e.task:<26}{e.model_class.__name__}")
-    for mechanism in sorted({e.mechanism for e in ZOO}):
+    if args.options:
+        print(options_markdown(args.options), end="")
+        return 0
+    if args.markdown:
+        print(matrix_markdown(), end="")
+        return 0
+    cells = matrix()
+    print(f"{len(cells)} mechanism x family cells, {len(ZOO)} model classes; a task column shows the class")
+    width = max(len(f) for _, f in cells) + 2
+    for mechanism in MECHANISMS:
+        print(f"\n{mechanism}")
+        print(f"  {'family':<{width}}" + "".join(f"{t:<{len(t) + 2}}" for t in TASKS).rstrip())
+        for (m, family), tasks in cells.items():
+            if m == mechanism:
+                marks = "".join(f"{'x' if t in tasks else '-':<{len(t) + 2}}" for t in TASKS)
+                print(f"  {family:<{width}}{marks}".rstrip())
         presets = sorted({name for e in ZOO if e.mechanism == mechanism for name in e.config_class.presets})
         if presets:
-            print(f"\n{mechanism} presets: {', '.join(presets)}")
+            print(f"  presets: {', '.join(presets)}")
+    print("\nclasses:")
+    for e in ZOO:
+        print(f"  {e.mechanism:<19}{e.stock_model_type:<{width}}{e.task:<26}{e.model_class.__name__}")
     return 0
 
 
@@ -142,7 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("output", help="folder to write; refused if it exists and is not empty, unless --overwrite")
     convert.add_argument("--mechanism", required=True, choices=MECHANISMS)
     convert.add_argument(
-        "--task", choices=TASKS, help="default: sequence-classification for a classifier checkpoint, base otherwise"
+        "--task",
+        choices=TASKS,
+        help="default: the task the checkpoint was saved for, else base",
     )
     convert.add_argument("--preset", help="a named preset of the mechanism (see `interlayer list`)")
     convert.add_argument(
@@ -187,7 +204,11 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--seed", type=int, default=0, help="seed of the random token ids (no tokenizer)")
     inspect.set_defaults(func=cmd_inspect)
 
-    lister = sub.add_parser("list", help="what the zoo converts")
+    lister = sub.add_parser("list", help="what the zoo converts: the mechanism x family matrix and its classes")
+    lister.add_argument("--markdown", action="store_true", help="print the matrix as the markdown table of the docs")
+    lister.add_argument(
+        "--options", choices=MECHANISMS, help="print a mechanism's options (type, default, meaning) as a markdown table"
+    )
     lister.set_defaults(func=cmd_list)
 
     demo = sub.add_parser("demo", help="MiniLM-L6 -> bridged classifier, fine-tuned on BBC News, offline")

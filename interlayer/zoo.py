@@ -3,63 +3,52 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import warnings
 from dataclasses import dataclass
 
-from transformers import (
-    AutoModel,
-    AutoModelForCausalLM,
-    AutoModelForSeq2SeqLM,
-    AutoModelForSequenceClassification,
-    PretrainedConfig,
-)
+import transformers
+from transformers import PretrainedConfig, PreTrainedModel
 
-from .models.configuration_attention_bridge import BartBridgeConfig, MarianBridgeConfig
-from .models.configuration_bridge import BertBridgeConfig, RobertaBridgeConfig
-from .models.configuration_hyper_connections import LlamaMHCConfig, Qwen3MHCConfig
-from .models.configuration_latent import LlamaLatentConfig, Qwen3LatentConfig
-from .models.configuration_sentinel import (
-    BertSentinelConfig,
-    GPT2SentinelConfig,
-    LlamaSentinelConfig,
-    Qwen2SentinelConfig,
-    Qwen3SentinelConfig,
-    RobertaSentinelConfig,
+from .models import (
+    modeling_attention_bridge,
+    modeling_bridge,
+    modeling_hyper_connections,
+    modeling_latent,
+    modeling_sentinel,
 )
-from .models.modeling_attention_bridge import (
-    BartBridgeForConditionalGeneration,
-    BartBridgeModel,
-    MarianBridgeForConditionalGeneration,
-    MarianBridgeModel,
-)
-from .models.modeling_bridge import (
-    BertBridgeForSequenceClassification,
-    BertBridgeModel,
-    RobertaBridgeForSequenceClassification,
-    RobertaBridgeModel,
-)
-from .models.modeling_hyper_connections import LlamaMHCForCausalLM, LlamaMHCModel, Qwen3MHCForCausalLM, Qwen3MHCModel
-from .models.modeling_latent import LlamaLatentForCausalLM, LlamaLatentModel, Qwen3LatentForCausalLM, Qwen3LatentModel
-from .models.modeling_sentinel import (
-    BertSentinelForSequenceClassification,
-    BertSentinelModel,
-    GPT2SentinelLMHeadModel,
-    GPT2SentinelModel,
-    LlamaSentinelForCausalLM,
-    LlamaSentinelModel,
-    Qwen2SentinelForCausalLM,
-    Qwen2SentinelModel,
-    Qwen3SentinelForCausalLM,
-    Qwen3SentinelModel,
-    RobertaSentinelForSequenceClassification,
-    RobertaSentinelModel,
-)
-from .models.zoo_common import check_choice, check_option_names
+from .models.zoo_common import check_choice, check_option_names, field_defaults, mechanism_field_names
+
+# the zoo's mechanisms and the modeling file of each; a model class joins the zoo by being registered for an Auto class
+# in its file (`register_for_auto_classes`), which is also what its saved `auto_map` says
+MECHANISM_MODULES = {
+    "bridge": modeling_bridge,
+    "sentinel": modeling_sentinel,
+    "hyper-connections": modeling_hyper_connections,
+    "latent": modeling_latent,
+    "attention-bridge": modeling_attention_bridge,
+}
+# the task each Auto class serves, and the stock class-name endings that say a checkpoint was saved for it
+AUTO_CLASS_TASKS = {
+    "AutoModel": "base",
+    "AutoModelForCausalLM": "causal-lm",
+    "AutoModelForSequenceClassification": "sequence-classification",
+    "AutoModelForTokenClassification": "token-classification",
+    "AutoModelForSeq2SeqLM": "translation",
+}
+TASK_ARCHITECTURE_ENDINGS = {
+    "sequence-classification": ("ForSequenceClassification",),
+    "token-classification": ("ForTokenClassification",),
+    "causal-lm": ("LMHeadModel", "ForCausalLM"),
+    "translation": ("MTModel", "ForConditionalGeneration"),
+}
 
 
 @dataclass(frozen=True)
 class ZooEntry:
+    """One cell of the zoo: `mechanism` on stock checkpoints of `stock_model_type` for `task`."""
+
     mechanism: str
     stock_model_type: str
     task: str
@@ -68,81 +57,113 @@ class ZooEntry:
     auto_class: type
 
 
-ZOO: tuple[ZooEntry, ...] = (
-    ZooEntry("bridge", "roberta", "base", RobertaBridgeConfig, RobertaBridgeModel, AutoModel),
-    ZooEntry(
-        "bridge",
-        "roberta",
-        "sequence-classification",
-        RobertaBridgeConfig,
-        RobertaBridgeForSequenceClassification,
-        AutoModelForSequenceClassification,
-    ),
-    ZooEntry("bridge", "bert", "base", BertBridgeConfig, BertBridgeModel, AutoModel),
-    ZooEntry(
-        "bridge",
-        "bert",
-        "sequence-classification",
-        BertBridgeConfig,
-        BertBridgeForSequenceClassification,
-        AutoModelForSequenceClassification,
-    ),
-    ZooEntry("sentinel", "gpt2", "base", GPT2SentinelConfig, GPT2SentinelModel, AutoModel),
-    ZooEntry("sentinel", "gpt2", "causal-lm", GPT2SentinelConfig, GPT2SentinelLMHeadModel, AutoModelForCausalLM),
-    ZooEntry("sentinel", "llama", "base", LlamaSentinelConfig, LlamaSentinelModel, AutoModel),
-    ZooEntry("sentinel", "llama", "causal-lm", LlamaSentinelConfig, LlamaSentinelForCausalLM, AutoModelForCausalLM),
-    ZooEntry("sentinel", "qwen2", "base", Qwen2SentinelConfig, Qwen2SentinelModel, AutoModel),
-    ZooEntry("sentinel", "qwen2", "causal-lm", Qwen2SentinelConfig, Qwen2SentinelForCausalLM, AutoModelForCausalLM),
-    ZooEntry("sentinel", "qwen3", "base", Qwen3SentinelConfig, Qwen3SentinelModel, AutoModel),
-    ZooEntry("sentinel", "qwen3", "causal-lm", Qwen3SentinelConfig, Qwen3SentinelForCausalLM, AutoModelForCausalLM),
-    ZooEntry("sentinel", "bert", "base", BertSentinelConfig, BertSentinelModel, AutoModel),
-    ZooEntry(
-        "sentinel",
-        "bert",
-        "sequence-classification",
-        BertSentinelConfig,
-        BertSentinelForSequenceClassification,
-        AutoModelForSequenceClassification,
-    ),
-    ZooEntry("sentinel", "roberta", "base", RobertaSentinelConfig, RobertaSentinelModel, AutoModel),
-    ZooEntry(
-        "sentinel",
-        "roberta",
-        "sequence-classification",
-        RobertaSentinelConfig,
-        RobertaSentinelForSequenceClassification,
-        AutoModelForSequenceClassification,
-    ),
-    ZooEntry("hyper-connections", "qwen3", "base", Qwen3MHCConfig, Qwen3MHCModel, AutoModel),
-    ZooEntry("hyper-connections", "qwen3", "causal-lm", Qwen3MHCConfig, Qwen3MHCForCausalLM, AutoModelForCausalLM),
-    ZooEntry("hyper-connections", "llama", "base", LlamaMHCConfig, LlamaMHCModel, AutoModel),
-    ZooEntry("hyper-connections", "llama", "causal-lm", LlamaMHCConfig, LlamaMHCForCausalLM, AutoModelForCausalLM),
-    ZooEntry("latent", "qwen3", "base", Qwen3LatentConfig, Qwen3LatentModel, AutoModel),
-    ZooEntry("latent", "qwen3", "causal-lm", Qwen3LatentConfig, Qwen3LatentForCausalLM, AutoModelForCausalLM),
-    ZooEntry("latent", "llama", "base", LlamaLatentConfig, LlamaLatentModel, AutoModel),
-    ZooEntry("latent", "llama", "causal-lm", LlamaLatentConfig, LlamaLatentForCausalLM, AutoModelForCausalLM),
-    ZooEntry("attention-bridge", "marian", "base", MarianBridgeConfig, MarianBridgeModel, AutoModel),
-    ZooEntry(
-        "attention-bridge",
-        "marian",
-        "translation",
-        MarianBridgeConfig,
-        MarianBridgeForConditionalGeneration,
-        AutoModelForSeq2SeqLM,
-    ),
-    ZooEntry("attention-bridge", "bart", "base", BartBridgeConfig, BartBridgeModel, AutoModel),
-    ZooEntry(
-        "attention-bridge",
-        "bart",
-        "translation",
-        BartBridgeConfig,
-        BartBridgeForConditionalGeneration,
-        AutoModelForSeq2SeqLM,
-    ),
-)
+def _registered_entries() -> tuple[ZooEntry, ...]:
+    """Every model class a mechanism's modeling file registers for an Auto class, one entry per stock model type its
+    config converts, sorted by mechanism, stock model type and task."""
+    entries = []
+    for mechanism, module in MECHANISM_MODULES.items():
+        for value in vars(module).values():
+            if not (isinstance(value, type) and issubclass(value, PreTrainedModel)):
+                continue
+            auto_class = value.__dict__.get("_auto_class")
+            if auto_class is None or value.__module__ != module.__name__:
+                continue
+            config_class = value.config_class
+            for stock_model_type in config_class.stock_model_types:
+                entries.append(
+                    ZooEntry(
+                        mechanism,
+                        stock_model_type,
+                        AUTO_CLASS_TASKS[auto_class],
+                        config_class,
+                        value,
+                        getattr(transformers, auto_class),
+                    )
+                )
+    order = list(MECHANISM_MODULES)
+    entries.sort(key=lambda e: (order.index(e.mechanism), e.stock_model_type, e.task != "base", e.task))
+    return tuple(entries)
 
+
+ZOO: tuple[ZooEntry, ...] = _registered_entries()
 TASKS = sorted({e.task for e in ZOO})
-MECHANISMS = sorted({e.mechanism for e in ZOO})
+MECHANISMS = list(MECHANISM_MODULES)
+
+
+def exported_names() -> dict[str, type]:
+    """Every name under which a mechanism's modeling file holds one of the zoo's model or config classes (the names
+    `import interlayer` exports: the classes' own, and older names kept for them)."""
+    registered = {cls for e in ZOO for cls in (e.model_class, e.config_class)}
+    names = {}
+    for module in MECHANISM_MODULES.values():
+        for name, value in vars(module).items():
+            if isinstance(value, type) and value in registered:
+                names[name] = value
+    return dict(sorted(names.items()))
+
+
+def matrix() -> dict[tuple[str, str], dict[str, type]]:
+    """The zoo as a mechanism x family matrix: `{(mechanism, stock model_type): {task: model class}}`."""
+    cells: dict[tuple[str, str], dict[str, type]] = {}
+    for e in ZOO:
+        cells.setdefault((e.mechanism, e.stock_model_type), {})[e.task] = e.model_class
+    return cells
+
+
+def matrix_markdown() -> str:
+    """`matrix()` as a markdown table (the one in docs/matrix.md, printed by `interlayer list --markdown`)."""
+    lines = [
+        "| mechanism | family (stock `model_type`) | " + " | ".join(TASKS) + " |",
+        "| --- | --- | " + " | ".join("---" for _ in TASKS) + " |",
+    ]
+    for (mechanism, family), tasks in matrix().items():
+        cells = [f"`{tasks[t].__name__}`" if t in tasks else "" for t in TASKS]
+        lines.append(f"| {mechanism} | {family} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+_DOC_ENTRY = re.compile(r"^(\s+)(\w+) \(((?:[^()]|\([^()]*\))*)\):\s*(.*)$")
+
+
+def option_docs(config_class) -> dict[str, tuple[str, str]]:
+    """`{option: (type and default, meaning)}` for every mechanism option of `config_class`, read from the
+    `name (`type`, defaults to X): meaning` entries of its options classes' docstrings (the one place an option is
+    documented). Raises `ValueError` naming an option without an entry."""
+    names = mechanism_field_names(config_class)
+    found: dict[str, tuple[str, str]] = {}
+    for klass in config_class.__mro__:
+        lines = (klass.__dict__.get("__doc__") or "").splitlines()
+        i = 0
+        while i < len(lines):
+            line, i = lines[i], i + 1
+            while line.lstrip().split(" (", 1)[0] in names and "):" not in line and i < len(lines):
+                line, i = f"{line} {lines[i].strip()}", i + 1  # a type that runs over two lines
+            match = _DOC_ENTRY.match(line)
+            if not match or match.group(2) not in names or match.group(2) in found:
+                continue
+            indent, text = len(match.group(1)), [match.group(4)]
+            while i < len(lines) and (not lines[i].strip() or len(lines[i]) - len(lines[i].lstrip()) > indent):
+                text.append(lines[i].strip())
+                i += 1
+            found[match.group(2)] = (match.group(3), " ".join(t for t in text if t))
+    missing = [n for n in names if n not in found]
+    if missing:
+        raise ValueError(f"{config_class.__name__}: options without a docstring entry: {missing}")
+    return {n: found[n] for n in names}
+
+
+def options_markdown(mechanism: str) -> str:
+    """The options of `mechanism` as a markdown table (type, default, meaning), as its docs page shows them
+    (`interlayer list --options MECHANISM`): from the docstrings, with the default the config really has."""
+    check_choice("mechanism", mechanism, MECHANISMS)
+    config_class = next(e.config_class for e in ZOO if e.mechanism == mechanism)
+    defaults = field_defaults(config_class)
+    lines = ["| option | type | default | meaning |", "| --- | --- | --- | --- |"]
+    for name, (kind, meaning) in option_docs(config_class).items():
+        kind = re.sub(r",?\s*(defaults to .*|\*optional\*)$", "", kind)
+        meaning = meaning.replace("|", "\\|")
+        lines.append(f"| `{name}` | {kind} | `{defaults.get(name)!r}` | {meaning} |")
+    return "\n".join(lines) + "\n"
 
 
 def find_entry(mechanism: str, model_type: str, task: str) -> ZooEntry:
@@ -167,12 +188,9 @@ def find_entry(mechanism: str, model_type: str, task: str) -> ZooEntry:
 def default_task(config_dict: dict) -> str:
     """The task a stock checkpoint was saved for, from its `architectures`."""
     architectures = config_dict.get("architectures") or []
-    if any(a.endswith("ForSequenceClassification") for a in architectures):
-        return "sequence-classification"
-    if any(a.endswith(("LMHeadModel", "ForCausalLM")) for a in architectures):
-        return "causal-lm"
-    if any(a.endswith(("MTModel", "ForConditionalGeneration")) for a in architectures):
-        return "translation"
+    for task, endings in TASK_ARCHITECTURE_ENDINGS.items():
+        if any(a.endswith(endings) for a in architectures):
+            return task
     return "base"
 
 
@@ -187,27 +205,41 @@ class ConversionReport:
 
 
 def convert(
-    source: str,
+    source,
     mechanism: str,
     task: str | None = None,
     preset: str | None = None,
     **options,
 ):
-    """Load a stock checkpoint as a zoo model: every stock weight loaded, the mechanism initialised per its config.
+    """Turn a stock model into a zoo model: every stock weight loaded, the mechanism initialised per its config.
+
+    `source` is a stock checkpoint (a local folder or a Hub id) or an already-loaded stock model (a
+    `PreTrainedModel`, as `peft.get_peft_model` takes one), converted in memory: the new model takes the stock
+    model's weight tensors themselves, in their dtype (no copy: training the new model's base changes them in the
+    stock model too; pass `copy.deepcopy(model)` to keep it apart). `task` defaults to the one the checkpoint (or
+    the loaded model's class) was made for.
 
     Returns `(model, report)`. Raises `ValueError` for an option name the mechanism's config does not have (naming
     the closest one), or if a stock base weight would be missing or a checkpoint weight would go unused, which means
     the checkpoint is not the architecture it claims to be.
     """
-    config_dict, _ = PretrainedConfig.get_config_dict(source)
+    if isinstance(source, PreTrainedModel):
+        config_dict = {**source.config.to_dict(), "architectures": [type(source).__name__]}
+    else:
+        config_dict, _ = PretrainedConfig.get_config_dict(source)
     task = task or default_task(config_dict)
     entry = find_entry(mechanism, config_dict.get("model_type"), task)
     check_option_names(entry.config_class, options)
     if preset is not None:
         check_choice("preset", preset, entry.config_class.presets)
         options = {**entry.config_class.presets[preset], **options}
-    config = entry.config_class.from_pretrained(source, **options)
-    model, info = entry.model_class.from_pretrained(source, config=config, output_loading_info=True)
+    if isinstance(source, PreTrainedModel):
+        config = entry.config_class.from_dict(config_dict, **options)
+        model, info = entry.model_class.from_stock_model(source, config, output_loading_info=True)
+        source = config.base_model_name_or_path
+    else:
+        config = entry.config_class.from_pretrained(source, **options)
+        model, info = entry.model_class.from_pretrained(source, config=config, output_loading_info=True)
     markers = model.mechanism_param_markers
     missing = list(info["missing_keys"])
     unexpected = list(info["unexpected_keys"])

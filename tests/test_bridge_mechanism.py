@@ -444,3 +444,66 @@ def test_preset_knobs_act(roberta_dir, name):
     logits = trained_logits(roberta_dir, bridge_preset(name))
     twin = trained_logits(roberta_dir, {**bridge_preset(name), **PRESET_KNOBS[name]})
     assert (logits - twin).abs().max() > 1e-4
+
+
+def _stock_layer_with_injection(family, base, layer, h, inject):
+    """The target layer's output from its stock modules with `inject` added where the docs say (the input of the
+    FFN sublayer), for an unpadded batch; written per family from the stock layer code, not through the roles."""
+    if family == "modernbert":
+        from transformers.masking_utils import create_bidirectional_mask, create_bidirectional_sliding_window_mask
+
+        sliding = layer.attention_type == "sliding_attention"
+        make_mask = create_bidirectional_sliding_window_mask if sliding else create_bidirectional_mask
+        mask = make_mask(config=base.config, inputs_embeds=h, attention_mask=None)
+        rotary = base.rotary_emb(h, torch.arange(h.shape[1])[None], layer.attention_type)
+        residual = h + layer.attn(layer.attn_norm(h), position_embeddings=rotary, attention_mask=mask)[0] + inject
+        return residual + layer.mlp(layer.mlp_norm(residual))
+    if family == "deberta-v2":
+        encoder = base.encoder
+        mask = encoder.get_attention_mask(torch.ones(h.shape[:2], dtype=torch.long))
+        attention = layer.attention(
+            h, mask, relative_pos=encoder.get_rel_pos(h), rel_embeddings=encoder.get_rel_embedding()
+        )[0]
+    else:
+        attention = layer.attention(h, None)[0]
+    return layer.output(layer.intermediate(attention + inject), attention + inject)
+
+
+@pytest.mark.parametrize("family", ["bert", "electra", "deberta-v2", "modernbert"])
+def test_injection_point_and_what_the_bridge_reads(tmp_path, family):
+    """docs/bridges.md, Families: the injection enters the FFN sublayer's input (post-norm: the attention output;
+    ModernBERT, pre-norm: the residual stream before `mlp_norm`), and the bridge reads the target's input and each
+    source layer i's output the way the next layer's attention reads them (ModernBERT: through its `attn_norm`)."""
+    from bridge_fixtures import stock_builder
+
+    import interlayer
+
+    stock_builder(family, "base")(str(tmp_path / "stock"))
+    model, _ = interlayer.convert(str(tmp_path / "stock"), "bridge", identity_init=False)
+    base = model.eval()
+    layers = base.layers if family == "modernbert" else base.encoder.layer
+    target = layers[-1]
+    inject = torch.randn(1, 9, TINY["hidden_size"])
+    seen = {}
+
+    def fake_bridge(projections, hidden, sources, route_weight, route_index, *rest):
+        seen.update(hidden=hidden, sources=sources, route_index=route_index)
+        return inject, hidden.new_zeros(())
+
+    target.bridge.forward = fake_bridge
+    batch = {k: v[:1, :9] for k, v in pair_batch(family).items() if k != "attention_mask"}
+    with torch.no_grad():
+        out = base(**batch, output_hidden_states=True)
+        h = out.hidden_states[-2]  # the target's input
+        read = target.attn_norm if family == "modernbert" else (lambda x: x)
+        torch.testing.assert_close(seen["hidden"], read(h))
+        source = int(seen["route_index"][0, 0])
+        source_read = layers[source + 1].attn_norm if family == "modernbert" else (lambda x: x)
+        torch.testing.assert_close(seen["sources"][0, 0], source_read(out.hidden_states[source + 1])[0])
+        expected = _stock_layer_with_injection(family, base, target, h, inject)
+        if family == "modernbert":
+            expected = base.final_norm(expected)
+        torch.testing.assert_close(out.last_hidden_state, expected)
+        assert not torch.allclose(
+            out.last_hidden_state, _stock_layer_with_injection(family, base, target, h, 0 * inject)
+        )

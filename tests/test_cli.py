@@ -84,7 +84,7 @@ def test_convert_bad_option_fails_before_writing(tmp_path, capsys):
     assert "preset" in capsys.readouterr().err
 
 
-def test_list(capsys):
+def test_list_names_classes_and_presets(capsys):
     assert main(["list"]) == 0
     text = capsys.readouterr().out
     assert "RobertaBridgeForSequenceClassification" in text and "H9" in text

@@ -1,116 +1,26 @@
-"""Sentinel gates beyond GPT-2: the conformance suite on the Llama family (Llama, Qwen2, Qwen3: grouped-query attention)
-and on the BERT family (BERT, RoBERTa: encoders), structural pruning of query heads and of key/value heads whose
-whole group is pruned, and the options that do not apply to a family."""
+"""Sentinel gates beyond GPT-2 (their conformance suites are in test_sentinel_conformance.py): the Llama family
+(Llama, Qwen2, Qwen3: grouped-query attention) and the BERT family (BERT, RoBERTa: encoders); the base cells,
+structural pruning of query heads and of key/value heads whose whole group is pruned, the controller and growth."""
 
 import pytest
 import torch
-from bridge_fixtures import TINY, build_gpt2, labels_for, pair_batch
+from bridge_fixtures import labels_for, pair_batch
 from gpt2_fixtures import lm_batch
-from hc_fixtures import TINY_DECODER, build_stock_llama, build_stock_qwen3, decoder_case
+from hc_fixtures import TINY_DECODER, build_stock_llama, build_stock_qwen3
+from test_sentinel_conformance import build_stock_bert, build_stock_encoder, build_stock_qwen2, build_stock_roberta
 from test_sentinel_mechanism import greedy_without_cache
 from transformers import (
     BertConfig,
-    BertForSequenceClassification,
     BertModel,
-    Qwen2Config,
-    Qwen2ForCausalLM,
     RobertaConfig,
-    RobertaForSequenceClassification,
     RobertaModel,
 )
 
 from interlayer import (
     BertSentinelForSequenceClassification,
     LlamaSentinelForCausalLM,
-    Qwen2SentinelForCausalLM,
-    Qwen3SentinelForCausalLM,
     RobertaSentinelForSequenceClassification,
 )
-from interlayer.testing import ConformanceCase, ConformanceSuite
-
-ACTIVE = dict(identity_init=False, unet_skips=True)
-DECODER_CONFIG_ERRORS = [
-    (dict(gate_l1=-1.0), r"gate_l1.*>= 0"),
-    (dict(pruned_heads={5: [0]}), r"pruned_heads layer.*<= 2.*got 5"),
-    (dict(pruned_heads={0: [4]}), r"pruned_heads\[0\] head.*<= 3.*got 4"),
-]
-
-
-class TestLlamaSentinelConformance(ConformanceSuite):
-    def make_case(self):
-        case = decoder_case(LlamaSentinelForCausalLM, build_stock_llama, ACTIVE, DECODER_CONFIG_ERRORS)
-        case.more_identity_options = [dict(unet_skips=True)]
-        return case
-
-
-def build_stock_qwen2(folder):
-    torch.manual_seed(0)
-    model = Qwen2ForCausalLM(Qwen2Config(**TINY_DECODER))
-    model.save_pretrained(folder)
-    return model
-
-
-class TestQwen2SentinelConformance(ConformanceSuite):
-    def make_case(self):
-        case = decoder_case(Qwen2SentinelForCausalLM, build_stock_qwen2, ACTIVE, DECODER_CONFIG_ERRORS)
-        case.more_identity_options = [dict(unet_skips=True)]
-        return case
-
-
-class TestQwen3SentinelConformance(ConformanceSuite):
-    def make_case(self):
-        case = decoder_case(Qwen3SentinelForCausalLM, build_stock_qwen3, ACTIVE, DECODER_CONFIG_ERRORS)
-        case.more_identity_options = [dict(unet_skips=True)]
-        return case
-
-
-ENCODER_CONFIG_ERRORS = [
-    (dict(gate_l1=-1.0), r"gate_l1.*>= 0"),
-    (dict(unet_skips=True), r"unet_skips=True does not apply to the (bert|roberta) family"),
-    (dict(is_decoder=True), r"encoder-only.*is_decoder=True"),
-    (dict(pruned_heads={0: [4]}), r"pruned_heads\[0\] head.*<= 3.*got 4"),
-]
-
-
-def _build_encoder(folder, stock_class, config_class):
-    """The bridge tests' tiny classifier with weights drawn 5x wider: at the stock 0.02 its logits are near 1e-3, where
-    even the stock model's fp16 rounding is at the edge of the conformance suite's fp16 tolerance."""
-    torch.manual_seed(0)
-    model = stock_class(config_class(**TINY, initializer_range=0.1))
-    model.save_pretrained(folder)
-    return model
-
-
-def build_stock_bert(folder):
-    return _build_encoder(folder, BertForSequenceClassification, BertConfig)
-
-
-def build_stock_roberta(folder):
-    return _build_encoder(folder, RobertaForSequenceClassification, RobertaConfig)
-
-
-def encoder_case(model_class, build_stock, family):
-    return ConformanceCase(
-        build_stock=build_stock,
-        model_class=model_class,
-        auto_class_name="AutoModelForSequenceClassification",
-        active_options=dict(identity_init=False),
-        make_batch=lambda: pair_batch(family),
-        labels=labels_for,
-        wrong_architecture=build_gpt2,
-        config_errors=[({**TINY, **o}, p) for o, p in ENCODER_CONFIG_ERRORS],
-        lora_targets=["query", "value"],
-    )
-
-
-class TestBertSentinelConformance(ConformanceSuite):
-    def make_case(self):
-        return encoder_case(BertSentinelForSequenceClassification, build_stock_bert, "bert")
-
-
-class TestRobertaSentinelConformance(ConformanceSuite):
-    def make_case(self):
-        return encoder_case(RobertaSentinelForSequenceClassification, build_stock_roberta, "roberta")
 
 
 @pytest.fixture
@@ -125,8 +35,8 @@ def llama_dir(tmp_path):
         ("llama", build_stock_llama, lm_batch),
         ("qwen2", build_stock_qwen2, lm_batch),
         ("qwen3", build_stock_qwen3, lm_batch),
-        ("bert", lambda f: _build_encoder(f, BertModel, BertConfig), lambda: pair_batch("bert")),
-        ("roberta", lambda f: _build_encoder(f, RobertaModel, RobertaConfig), lambda: pair_batch("roberta")),
+        ("bert", lambda f: build_stock_encoder(f, BertModel, BertConfig), lambda: pair_batch("bert")),
+        ("roberta", lambda f: build_stock_encoder(f, RobertaModel, RobertaConfig), lambda: pair_batch("roberta")),
     ],
 )
 def test_base_models_convert_and_equal_stock(tmp_path, family, build_stock, make_batch):

@@ -1,9 +1,16 @@
-"""Configurations of the cross-layer bridge models (seed 000) for RoBERTa and BERT."""
+"""Configurations of the cross-layer bridge models (seed 000): BERT, RoBERTa, XLM-R, ELECTRA, DeBERTa-v2, ModernBERT."""
 
 import dataclasses
 from typing import ClassVar, Literal
 
-from transformers import BertConfig, RobertaConfig
+from transformers import (
+    BertConfig,
+    DebertaV2Config,
+    ElectraConfig,
+    ModernBertConfig,
+    RobertaConfig,
+    XLMRobertaConfig,
+)
 
 from .zoo_common import ZooConfigFields, ZooConfigMixin, check_choice, check_range, zoo_config
 
@@ -150,7 +157,7 @@ class BridgeFields(ZooConfigFields):
                 "`route_topk=1`: the LayerNorm after the mix divides the single route weight out. Pass "
                 "`route_placement='post_norm'`, or `route_estimator='topk_softmax'` for the seed's untrained router."
             )
-        if self.is_decoder:
+        if getattr(self, "is_decoder", False):
             raise ValueError("Cross-layer bridges are encoder-only: `is_decoder` must be False.")
         if self.identity_init and self.classifier_head == "seed":
             raise ValueError(
@@ -158,6 +165,16 @@ class BridgeFields(ZooConfigFields):
                 "head, so the model cannot compute the stock function. Pass `identity_init=False` or "
                 "`classifier_head='stock'`."
             )
+
+    @property
+    def bridge_norm_eps(self) -> float:
+        """The epsilon of the bridge's LayerNorms: the family's own."""
+        return getattr(self, self.norm_eps_field)
+
+    @property
+    def bridge_attention_dropout(self) -> float:
+        """The attention dropout of the QKV bridge: the family's own."""
+        return getattr(self, self.attention_dropout_field)
 
     @property
     def bridge_target_layers(self) -> list[int]:
@@ -193,7 +210,12 @@ BRIDGE_PRESETS: dict[str, dict] = {
 
 
 class BridgeConfigMixin(ZooConfigMixin):
+    """What a family declares besides its stock config: the field names of its norm epsilon and attention dropout,
+    and its tokenizer's separator and first-token ids."""
+
     presets = BRIDGE_PRESETS
+    norm_eps_field: ClassVar[str] = "layer_norm_eps"
+    attention_dropout_field: ClassVar[str] = "attention_probs_dropout_prob"
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
@@ -225,10 +247,76 @@ class BertBridgeConfig(BridgeConfigMixin, BertConfig, BridgeFields):
     default_cls_token_id = 101  # [CLS]
 
 
+@zoo_config
+class XLMRobertaBridgeConfig(BridgeConfigMixin, XLMRobertaConfig, BridgeFields):
+    r"""Configuration of [`XLMRobertaBridgeModel`]: every [`XLMRobertaConfig`] field, plus the bridge fields of
+    [`BridgeFields`]. Converts checkpoints of model_type `xlm-roberta`."""
+
+    model_type = "xlm-roberta_bridge"
+    stock_model_types = ("xlm-roberta",)
+    default_sep_token_id = 2  # </s>
+    default_cls_token_id = 0  # <s>
+
+
+@zoo_config
+class ElectraBridgeConfig(BridgeConfigMixin, ElectraConfig, BridgeFields):
+    r"""Configuration of [`ElectraBridgeModel`]: every [`ElectraConfig`] field, plus the bridge fields of
+    [`BridgeFields`]. Converts checkpoints of model_type `electra` (the discriminator)."""
+
+    model_type = "electra_bridge"
+    stock_model_types = ("electra",)
+    default_sep_token_id = 102  # [SEP] in the uncased WordPiece vocabulary
+    default_cls_token_id = 101  # [CLS]
+
+
+@zoo_config
+class DebertaV2BridgeConfig(BridgeConfigMixin, DebertaV2Config, BridgeFields):
+    r"""Configuration of [`DebertaV2BridgeModel`]: every [`DebertaV2Config`] field, plus the bridge fields of
+    [`BridgeFields`]. Converts checkpoints of model_type `deberta-v2` (DeBERTa-v2 and v3)."""
+
+    model_type = "deberta-v2_bridge"
+    stock_model_types = ("deberta-v2",)
+    default_sep_token_id = 2  # [SEP] in the DeBERTa-v3 SentencePiece vocabulary
+    default_cls_token_id = 1  # [CLS]
+
+    def validate_head_size(self):
+        head_size = getattr(self, "attention_head_size", None)
+        if head_size is not None and head_size * self.num_attention_heads != self.hidden_size:
+            raise ValueError(
+                f"`attention_head_size` must be hidden_size / num_attention_heads "
+                f"({self.hidden_size // self.num_attention_heads}) for cross-layer bridges on DeBERTa-v2, got "
+                f"{head_size}: the QKV message (heads x head size wide) is added to the hidden states."
+            )
+
+
+@zoo_config
+class ModernBertBridgeConfig(BridgeConfigMixin, ModernBertConfig, BridgeFields):
+    r"""Configuration of [`ModernBertBridgeModel`]: every [`ModernBertConfig`] field, plus the bridge fields of
+    [`BridgeFields`]. Converts checkpoints of model_type `modernbert`. The bridge's LayerNorms use `norm_eps`, the
+    QKV bridge's attention dropout `attention_dropout`."""
+
+    model_type = "modernbert_bridge"
+    stock_model_types = ("modernbert",)
+    norm_eps_field = "norm_eps"
+    attention_dropout_field = "attention_dropout"
+    default_sep_token_id = 50282  # [SEP]
+    default_cls_token_id = 50281  # [CLS]
+
+
 def bridge_preset(name: str) -> dict:
     """The options of a named preset, to pass as `Model.from_pretrained(stock, **bridge_preset("H9"))`."""
     check_choice("preset", name, BRIDGE_PRESETS)
     return dict(BRIDGE_PRESETS[name])
 
 
-__all__ = ["BridgeFields", "RobertaBridgeConfig", "BertBridgeConfig", "BRIDGE_PRESETS", "bridge_preset"]
+__all__ = [
+    "BridgeFields",
+    "RobertaBridgeConfig",
+    "BertBridgeConfig",
+    "XLMRobertaBridgeConfig",
+    "ElectraBridgeConfig",
+    "DebertaV2BridgeConfig",
+    "ModernBertBridgeConfig",
+    "BRIDGE_PRESETS",
+    "bridge_preset",
+]

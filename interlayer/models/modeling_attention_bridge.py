@@ -30,7 +30,7 @@ from transformers.models.bart.modeling_bart import BartEncoder, BartForCondition
 from transformers.models.marian.modeling_marian import MarianEncoder, MarianModel, MarianMTModel
 
 from .configuration_attention_bridge import FIXED_LENGTH_TYPES, BartBridgeConfig, MarianBridgeConfig
-from .zoo_common import StatsAccumulator, ZooModelMixin
+from .zoo_common import StatsAccumulator, ZooModelMixin, register_for_auto_classes
 
 
 class BridgeRMSNorm(nn.Module):
@@ -516,13 +516,12 @@ class BartBridgeForConditionalGeneration(BridgeLMMixin, BartForConditionalGenera
     base_class = BartBridgeModel
 
 
-for _config, _base, _lm in (
-    (MarianBridgeConfig, MarianBridgeModel, MarianBridgeForConditionalGeneration),
-    (BartBridgeConfig, BartBridgeModel, BartBridgeForConditionalGeneration),
-):
-    _config.register_for_auto_class()
-    _base.register_for_auto_class("AutoModel")
-    _lm.register_for_auto_class("AutoModelForSeq2SeqLM")
+register_for_auto_classes(
+    MarianBridgeConfig, AutoModel=MarianBridgeModel, AutoModelForSeq2SeqLM=MarianBridgeForConditionalGeneration
+)
+register_for_auto_classes(
+    BartBridgeConfig, AutoModel=BartBridgeModel, AutoModelForSeq2SeqLM=BartBridgeForConditionalGeneration
+)
 
 __all__ = [
     "AttentionBridge",

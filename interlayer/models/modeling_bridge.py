@@ -1,20 +1,28 @@
-"""Cross-layer bridges (seed 000) on stock RoBERTa and BERT encoders.
+"""Cross-layer bridges (seed 000) on stock encoders: BERT, RoBERTa, XLM-R, ELECTRA, DeBERTa-v2 and ModernBERT.
 
 Late target layers j (the last `route_last_n`) receive messages from earlier layers i < j chosen by a router:
 a QKV cross-attention message (target queries, source keys/values) and an HDIM pairwise-MLP message. Per-layer
-gates blend them; a LayerNorm, a projection and dropout follow, and the result is added to the attention output
-before the FFN (seed section 4). Every stock weight keeps its stock name (`encoder.layer.N.attention...`); the
-mechanism's own parameters all contain `bridge` in their names (`encoder.bridge_router.*`,
-`encoder.layer.N.bridge.*`).
+gates blend them; a LayerNorm, a projection and dropout follow, and the result is added where the attention sublayer
+ends, to the input of the FFN sublayer (seed section 4). Every stock weight keeps its stock name
+(`encoder.layer.N.attention...`, `layers.N.attn...`); the mechanism's own parameters all contain `bridge` in their
+names (`encoder.bridge_router.*`, `encoder.layer.N.bridge.*`).
 
-Reading order: helpers, router, HDIM message, the per-target bridge block, the bridged layer and encoder,
-the pre-trained base class, then the base models and the sequence-classification heads.
+The mechanism is written once, against the roles a family's encoder layer plays (`BridgeLayerMixin`: where the
+attention sublayer ends, the FFN sublayer, the query/key/value projections, how the bridge reads a hidden state)
+and the routing over a layer stack (`BridgeStackMixin`); a family is a short declaration of those roles and of its
+stock modules (`*LayerRoles`, then the `*Bridge*` classes at the end of the file).
+
+Reading order: helpers, router, HDIM message, the per-target bridge block, the layer roles and the bridged layers,
+the layer stack and encoders, the pre-trained base class, the base model and task heads shared by every family,
+then the families.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -23,6 +31,7 @@ from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.loss.loss_utils import ForSequenceClassificationLoss
+from transformers.masking_utils import create_bidirectional_mask, create_bidirectional_sliding_window_mask
 from transformers.modeling_outputs import ModelOutput
 from transformers.models.bert.modeling_bert import (
     BertEmbeddings,
@@ -30,6 +39,29 @@ from transformers.models.bert.modeling_bert import (
     BertModel,
     BertPooler,
     BertPreTrainedModel,
+)
+from transformers.models.deberta_v2.modeling_deberta_v2 import (
+    ContextPooler,
+    DebertaV2Embeddings,
+    DebertaV2Encoder,
+    DebertaV2Layer,
+    DebertaV2Model,
+    DebertaV2PreTrainedModel,
+)
+from transformers.models.electra.modeling_electra import (
+    ElectraClassificationHead,
+    ElectraEmbeddings,
+    ElectraLayer,
+    ElectraModel,
+    ElectraPreTrainedModel,
+)
+from transformers.models.modernbert.modeling_modernbert import (
+    ModernBertEmbeddings,
+    ModernBertEncoderLayer,
+    ModernBertModel,
+    ModernBertPredictionHead,
+    ModernBertPreTrainedModel,
+    ModernBertRotaryEmbedding,
 )
 from transformers.models.roberta.modeling_roberta import (
     RobertaClassificationHead,
@@ -39,11 +71,26 @@ from transformers.models.roberta.modeling_roberta import (
     RobertaPooler,
     RobertaPreTrainedModel,
 )
+from transformers.models.xlm_roberta.modeling_xlm_roberta import (
+    XLMRobertaClassificationHead,
+    XLMRobertaEmbeddings,
+    XLMRobertaLayer,
+    XLMRobertaModel,
+    XLMRobertaPooler,
+    XLMRobertaPreTrainedModel,
+)
 from transformers.pytorch_utils import apply_chunking_to_forward
 from transformers.utils.generic import can_return_tuple
 
-from .configuration_bridge import BertBridgeConfig, RobertaBridgeConfig
-from .zoo_common import StatsAccumulator, ZooModelMixin
+from .configuration_bridge import (
+    BertBridgeConfig,
+    DebertaV2BridgeConfig,
+    ElectraBridgeConfig,
+    ModernBertBridgeConfig,
+    RobertaBridgeConfig,
+    XLMRobertaBridgeConfig,
+)
+from .zoo_common import StatsAccumulator, ZooModelMixin, register_for_auto_classes
 
 
 def pool_tokens(hidden: torch.Tensor, token_mask: torch.Tensor, mode: str) -> torch.Tensor:
@@ -83,6 +130,11 @@ class BridgeSequenceClassifierOutput(ModelOutput):
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
     task_loss: torch.FloatTensor | None = None
     bridge_aux_loss: torch.FloatTensor | None = None
+
+
+@dataclass
+class BridgeTokenClassifierOutput(BridgeSequenceClassifierOutput):
+    """Token classification output (`logits` per token); `loss` is `task_loss + bridge_aux_loss`."""
 
 
 class BridgeRouter(nn.Module):
@@ -134,7 +186,7 @@ class HDIMMessage(nn.Module):
         hidden, dim = config.hidden_size, config.hdim_dim
         self.proj_tgt = nn.Linear(hidden, dim, bias=False)
         self.proj_src = None if config.hdim_share_proj else nn.Linear(hidden, dim, bias=False)
-        self.proj_norm = nn.LayerNorm(dim, eps=config.layer_norm_eps) if config.hdim_proj_norm else None
+        self.proj_norm = nn.LayerNorm(dim, eps=config.bridge_norm_eps) if config.hdim_proj_norm else None
         self.scorer_kind = config.hdim_scorer
         if self.scorer_kind == "4term":
             self.scorer = nn.Sequential(
@@ -260,13 +312,13 @@ class BridgeBlock(nn.Module):
         self.post_norm = config.gate_placement == "post_norm"
         self.route_pre_norm = config.route_placement == "pre_norm"
         if self.post_norm:
-            self.norm_attn = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if self.use_qkv else None
-            self.norm_hdim = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if self.use_hdim else None
+            self.norm_attn = nn.LayerNorm(config.hidden_size, eps=config.bridge_norm_eps) if self.use_qkv else None
+            self.norm_hdim = nn.LayerNorm(config.hidden_size, eps=config.bridge_norm_eps) if self.use_hdim else None
         else:
-            self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+            self.norm = nn.LayerNorm(config.hidden_size, eps=config.bridge_norm_eps)
         self.proj = nn.Linear(config.hidden_size, config.hidden_size)
         self.dropout = nn.Dropout(config.bridge_dropout)
-        self.attn_dropout = config.attention_probs_dropout_prob
+        self.attn_dropout = config.bridge_attention_dropout
         self.entropy_reg = float(config.hdim_entropy_reg)
         self.stats = StatsAccumulator()
 
@@ -288,16 +340,16 @@ class BridgeBlock(nn.Module):
     def gate(self, raw: torch.Tensor) -> torch.Tensor:
         return F.softplus(raw) if self.softplus_gates else raw
 
-    def _qkv_message(self, attention, hidden, sources, source_kv, key_mask):
-        """Seed section 2: target queries (this layer's `query`) attend to source keys/values, no output proj.
-        `source_kv` holds the routed sources' keys and values made by each source layer's own modules; without
-        it this layer's `key`/`value` modules project the sources."""
+    def _qkv_message(self, projections, hidden, sources, source_kv, key_mask):
+        """Seed section 2: target queries (this layer's query projection) attend to source keys/values, no output
+        projection. `source_kv` holds the routed sources' keys and values made by each source layer's own
+        projections; without it this layer's key/value projections project the sources."""
         n, seq, width = sources.shape
         batch = hidden.shape[0]
-        heads, head_dim = attention.num_attention_heads, attention.attention_head_size
-        query = attention.query(hidden).view(batch, seq, heads, head_dim).transpose(1, 2)
+        heads, head_dim = projections.heads, projections.head_dim
+        query = projections.query(hidden).view(batch, seq, heads, head_dim).transpose(1, 2)
         query = per_source(query, n // batch)
-        key, value = (attention.key(sources), attention.value(sources)) if source_kv is None else source_kv
+        key, value = (projections.key(sources), projections.value(sources)) if source_kv is None else source_kv
         key = key.view(n, seq, heads, head_dim).transpose(1, 2)
         value = value.view(n, seq, heads, head_dim).transpose(1, 2)
         if self.value_proj is not None:
@@ -311,8 +363,9 @@ class BridgeBlock(nn.Module):
         )
         return ctx.transpose(1, 2).reshape(n, seq, width)
 
-    def forward(self, attention, hidden, sources, route_weight, route_index, source_kv, token_mask, allowed_pairs):
-        """hidden (B, S, H): the target layer's input H_j; sources (B, k, S, H): the routed layer outputs H_i;
+    def forward(self, projections, hidden, sources, route_weight, route_index, source_kv, token_mask, allowed_pairs):
+        """projections: the target layer's `BridgeProjections`; hidden (B, S, H): the target layer's input H_j as the
+        bridge reads it; sources (B, k, S, H): the routed layer outputs H_i as the bridge reads them;
         route_weight / route_index (B, k). Returns the injection (B, S, H) and the auxiliary loss (0-d)."""
         batch, k = route_weight.shape
         flat_sources = sources.flatten(0, 1)
@@ -329,7 +382,7 @@ class BridgeBlock(nn.Module):
         contributions = []
         aux = hidden.new_zeros(())
         if self.use_qkv:
-            ctx_qkv = self._qkv_message(attention, hidden, flat_sources, source_kv, key_mask)
+            ctx_qkv = self._qkv_message(projections, hidden, flat_sources, source_kv, key_mask)
             if mix_first:
                 ctx_qkv = mix(ctx_qkv)
             if self.post_norm:
@@ -381,18 +434,51 @@ class BridgeBlock(nn.Module):
         self.stats.add(f"{prefix}/route_weight_max", route_weight.max(-1).values.mean())
 
 
+class BridgeProjections(NamedTuple):
+    """A layer's attention projections as the QKV bridge calls them: modules or callables (..., H) -> (..., heads *
+    head_dim). Calling them (never reading their weights) lets adapters and other wrappers act on the bridge."""
+
+    query: Callable
+    key: Callable
+    value: Callable
+    heads: int
+    head_dim: int
+
+
+NO_BRIDGE = (None,) * 7  # the bridge arguments of a layer that is not a target
+
+
 class BridgeLayerMixin:
-    """A stock encoder layer (same modules, same weight names) that, when it is a target, adds the bridge's
-    injection to its attention output before the FFN (seed section 4)."""
+    """A stock encoder layer (same modules, same weight names) that, when it is a target, adds the bridge's injection
+    where its attention sublayer ends, to the input of its FFN sublayer (seed section 4).
+
+    The mechanism is written once against the roles a family's layer plays; a family declares them:
+
+    - `attention_sublayer(hidden_states, *layer_inputs)`: the stock computation up to where the attention sublayer
+      ends, returning what enters the FFN sublayer (post-norm: LN(H + Attn(H)); pre-norm: the residual stream
+      H + Attn(norm(H))). `layer_inputs` are the per-layer tensors the family's encoder passes (attention mask,
+      relative positions, rotary tables).
+    - `ffn_sublayer(attention_output)`: the rest of the stock layer, up to the layer output.
+    - `bridge_projections()`: the attention's query, key and value projections (`BridgeProjections`).
+    - `bridge_read(hidden_states)`: the states the bridge reads from a hidden state entering this layer, the way this
+      layer's attention reads it: the hidden state itself (post-norm, the default) or its attention norm (pre-norm).
+    """
+
+    stock_takes_layer_idx = True
 
     def __init__(self, config, layer_idx=None):
-        super().__init__(config, layer_idx=layer_idx)
+        if self.stock_takes_layer_idx:
+            super().__init__(config, layer_idx=layer_idx)
+        else:
+            super().__init__(config)
         self.bridge = BridgeBlock(config, layer_idx) if layer_idx in config.bridge_target_layers else None
+
+    def bridge_read(self, hidden_states):
+        return hidden_states
 
     def forward(
         self,
         hidden_states,
-        attention_mask=None,
         sources=None,
         route_weight=None,
         route_index=None,
@@ -400,49 +486,137 @@ class BridgeLayerMixin:
         source_values=None,
         token_mask=None,
         allowed_pairs=None,
+        *layer_inputs,
     ):
         # every tensor comes as its own positional argument: reentrant checkpointing passes gradients only to those
-        source_kv = None if source_keys is None else (source_keys, source_values)
-        attention_output, _ = self.attention(hidden_states, attention_mask)
-        aux = None
-        if sources is not None:
-            injection, aux = self.bridge(
-                self.attention.self,
-                hidden_states,
-                sources,
-                route_weight,
-                route_index,
-                source_kv,
-                token_mask,
-                allowed_pairs,
-            )
-            attention_output = attention_output + injection
-        layer_output = apply_chunking_to_forward(
+        attention_output = self.attention_sublayer(hidden_states, *layer_inputs)
+        if sources is None:
+            return self.ffn_sublayer(attention_output)
+        injection, aux = self.bridge(
+            self.bridge_projections(),
+            self.bridge_read(hidden_states),
+            sources,
+            route_weight,
+            route_index,
+            None if source_keys is None else (source_keys, source_values),
+            token_mask,
+            allowed_pairs,
+        )
+        return self.ffn_sublayer(attention_output + injection), aux
+
+
+class BertLikeLayerRoles:
+    """BERT, RoBERTa, XLM-R, ELECTRA: post-norm layers `attention -> intermediate -> output`, with the projections
+    `attention.self.query/key/value`; the layer input is the extended attention mask."""
+
+    def attention_sublayer(self, hidden_states, attention_mask):
+        return self.attention(hidden_states, attention_mask)[0]
+
+    def ffn_sublayer(self, attention_output):
+        return apply_chunking_to_forward(
             self.feed_forward_chunk, self.chunk_size_feed_forward, self.seq_len_dim, attention_output
         )
-        return layer_output if aux is None else (layer_output, aux)
+
+    def bridge_projections(self):
+        attention = self.attention.self
+        return BridgeProjections(
+            attention.query,
+            attention.key,
+            attention.value,
+            attention.num_attention_heads,
+            attention.attention_head_size,
+        )
 
 
-class RobertaBridgeLayer(BridgeLayerMixin, RobertaLayer):
+class DebertaV2LayerRoles:
+    """DeBERTa-v2/v3: post-norm layers `attention -> intermediate -> output` with disentangled relative attention;
+    projections `attention.self.query_proj/key_proj/value_proj`; the layer inputs are the (B, 1, S, S) mask, the
+    relative positions and the relative embeddings. The bridge's cross-attention is content-to-content only."""
+
+    stock_takes_layer_idx = False
+
+    def attention_sublayer(self, hidden_states, attention_mask, relative_pos, rel_embeddings):
+        return self.attention(hidden_states, attention_mask, relative_pos=relative_pos, rel_embeddings=rel_embeddings)[
+            0
+        ]
+
+    def ffn_sublayer(self, attention_output):
+        return self.output(self.intermediate(attention_output), attention_output)
+
+    def bridge_projections(self):
+        attention = self.attention.self
+        return BridgeProjections(
+            attention.query_proj,
+            attention.key_proj,
+            attention.value_proj,
+            attention.num_attention_heads,
+            attention.attention_head_size,
+        )
+
+
+class ModernBertLayerRoles:
+    """ModernBERT: pre-norm layers `attn_norm -> attn` and `mlp_norm -> mlp`, each added to the residual stream, with
+    one fused `attn.Wqkv` projection; the layer inputs are its attention type's mask and rotary tables. The attention
+    sublayer ends on the residual stream, so the injection enters both the FFN's norm and its residual; the bridge
+    reads states through the attention norm (`attn_norm`). The cross-attention has no rotary positions and no
+    sliding window: every source token is visible."""
+
+    def attention_sublayer(self, hidden_states, attention_mask, cos, sin):
+        attn_output, _ = self.attn(
+            self.attn_norm(hidden_states), position_embeddings=(cos, sin), attention_mask=attention_mask
+        )
+        return hidden_states + attn_output
+
+    def ffn_sublayer(self, attention_output):
+        return attention_output + self.mlp(self.mlp_norm(attention_output))
+
+    def bridge_read(self, hidden_states):
+        return self.attn_norm(hidden_states)
+
+    def bridge_projections(self):
+        fused, head_dim = self.attn.Wqkv, self.attn.head_dim
+        width = self.config.num_attention_heads * head_dim
+
+        def part(i):  # Wqkv's output is [query | key | value]
+            return lambda x: fused(x)[..., i * width : (i + 1) * width]
+
+        return BridgeProjections(part(0), part(1), part(2), self.config.num_attention_heads, head_dim)
+
+
+class RobertaBridgeLayer(BertLikeLayerRoles, BridgeLayerMixin, RobertaLayer):
     pass
 
 
-class BertBridgeLayer(BridgeLayerMixin, BertLayer):
+class BertBridgeLayer(BertLikeLayerRoles, BridgeLayerMixin, BertLayer):
     pass
 
 
-class BridgeEncoder(nn.Module):
-    """The stock layer stack (`layer.N`) plus the shared router; runs the routing and gathers each target's
-    sources (and, with `qkv_kv_weights="source"`, their keys and values) vectorised over the batch."""
+class XLMRobertaBridgeLayer(BertLikeLayerRoles, BridgeLayerMixin, XLMRobertaLayer):
+    pass
 
-    def __init__(self, config, layer_class):
-        super().__init__()
-        self.config = config
-        self.layer = nn.ModuleList([layer_class(config, layer_idx=i) for i in range(config.num_hidden_layers)])
+
+class ElectraBridgeLayer(BertLikeLayerRoles, BridgeLayerMixin, ElectraLayer):
+    pass
+
+
+class DebertaV2BridgeLayer(DebertaV2LayerRoles, BridgeLayerMixin, DebertaV2Layer):
+    pass
+
+
+class ModernBertBridgeLayer(ModernBertLayerRoles, BridgeLayerMixin, ModernBertEncoderLayer):
+    pass
+
+
+class BridgeStackMixin:
+    """The routing over a family's layer stack, written once: the shared router picks each target's sources, and
+    their states (and, with `qkv_kv_weights="source"`, their keys and values) are gathered vectorised over the batch.
+    The module holding the layers (an encoder, or a base model without one) calls `init_bridge_stack` and
+    `bridged_forward`."""
+
+    def init_bridge_stack(self, config):
         self.bridge_router = BridgeRouter(config)
         self.pool_mode = config.route_pool
         self.source_kv = config.bridge_mode != "hdim" and config.qkv_kv_weights == "source"
-        self.gradient_checkpointing = False
 
     @staticmethod
     def _gather(per_layer: list[torch.Tensor], route_index: torch.Tensor) -> torch.Tensor:
@@ -452,44 +626,108 @@ class BridgeEncoder(nn.Module):
         flat_index = route_index + count * torch.arange(len(route_index), device=route_index.device)[:, None]
         return torch.stack(per_layer, dim=1).flatten(0, 1).index_select(0, flat_index.flatten())
 
-    def forward(self, hidden_states, attention_mask, token_mask, allowed_pairs, output_hidden_states=False):
-        outputs, summaries, keys, values = [], [], [], []
+    def bridged_forward(
+        self,
+        layers,
+        hidden_states,
+        layer_inputs,
+        token_mask,
+        allowed_pairs,
+        output_hidden_states=False,
+        after_layer=None,
+    ):
+        """Run `layers`; `layer_inputs[idx]` is the tuple of per-layer tensors layer idx takes, `after_layer(idx,
+        layer_input, layer_output)` (optional) what the family's encoder does to a layer's output before the next layer
+        (DeBERTa's convolution after the first). Returns the last hidden state, the hidden states (or None) and the
+        auxiliary loss.
+
+        The bridge reads layer i's output H_i as layer i + 1 reads it (`layers[i + 1].bridge_read`); that is also the
+        target j's input as it reads it, so the target's routing summary is the last source's."""
+        states, summaries, keys, values = [], [], [], []
         all_hidden = (hidden_states,) if output_hidden_states else None
         aux_loss = hidden_states.new_zeros(())
-        last = len(self.layer) - 1
-        for idx, layer in enumerate(self.layer):
+        last = len(layers) - 1
+        for idx, layer in enumerate(layers):
             if layer.bridge is None:
-                hidden_states = layer(hidden_states, attention_mask)
+                output = layer(hidden_states, *NO_BRIDGE, *layer_inputs[idx])
             else:
-                target = pool_tokens(hidden_states, token_mask, self.pool_mode)
-                route_index, route_weight = self.bridge_router(target, torch.stack(summaries, dim=1))
-                sources = self._gather(outputs, route_index).view(*route_index.shape, *hidden_states.shape[1:])
-                source_keys = self._gather(keys, route_index) if self.source_kv else None
-                source_values = self._gather(values, route_index) if self.source_kv else None
-                hidden_states, aux = layer(
+                route_index, route_weight = self.bridge_router(summaries[-1], torch.stack(summaries, dim=1))
+                sources = self._gather(states, route_index).view(*route_index.shape, *hidden_states.shape[1:])
+                output, aux = layer(
                     hidden_states,
-                    attention_mask,
                     sources,
                     route_weight,
                     route_index,
-                    source_keys,
-                    source_values,
+                    self._gather(keys, route_index) if self.source_kv else None,
+                    self._gather(values, route_index) if self.source_kv else None,
                     token_mask,
                     allowed_pairs,
+                    *layer_inputs[idx],
                 )
                 aux_loss = aux_loss + aux
-            outputs.append(hidden_states)
-            if self.source_kv and idx < last:
-                # seed section 2: a source's keys/values are its own layer's projections of its output. Calling the
-                # modules (once per layer, shared by all targets) lets adapters and other wrappers act; reading their
-                # weights would bypass them. Costs two projections per layer, whichever sources the router picks.
-                attention = layer.attention.self
-                keys.append(attention.key(hidden_states))
-                values.append(attention.value(hidden_states))
-            summaries.append(pool_tokens(hidden_states, token_mask, self.pool_mode))
+            if after_layer is not None:
+                output = after_layer(idx, hidden_states, output)
+            hidden_states = output
+            if idx < last:
+                read = layers[idx + 1].bridge_read(hidden_states)
+                states.append(read)
+                summaries.append(pool_tokens(read, token_mask, self.pool_mode))
+                if self.source_kv:
+                    # seed section 2: a source's keys/values are its own layer's projections of its output. Calling
+                    # the modules (once per layer, shared by all targets) lets adapters and other wrappers act; reading
+                    # their weights would bypass them. Costs two projections per layer, whichever sources are picked.
+                    projections = layer.bridge_projections()
+                    keys.append(projections.key(read))
+                    values.append(projections.value(read))
             if output_hidden_states:
                 all_hidden = all_hidden + (hidden_states,)
         return hidden_states, all_hidden, aux_loss
+
+
+class BridgeEncoder(BridgeStackMixin, nn.Module):
+    """The stock layer stack (`layer.N`) plus the shared router (`bridge_router`), for the BERT-like families."""
+
+    def __init__(self, config, layer_class):
+        super().__init__()
+        self.config = config
+        self.layer = nn.ModuleList([layer_class(config, layer_idx=i) for i in range(config.num_hidden_layers)])
+        self.init_bridge_stack(config)
+        self.gradient_checkpointing = False
+
+    def forward(self, hidden_states, attention_mask, token_mask, allowed_pairs, output_hidden_states=False):
+        inputs = [(attention_mask,)] * len(self.layer)
+        return self.bridged_forward(self.layer, hidden_states, inputs, token_mask, allowed_pairs, output_hidden_states)
+
+
+class DebertaV2BridgeEncoder(BridgeStackMixin, DebertaV2Encoder):
+    """DeBERTa-v2's encoder (its relative embeddings, their LayerNorm and the optional convolution keep their stock
+    names) over bridged layers; takes the (B, S) attention mask, as the stock encoder does."""
+
+    def __init__(self, config, layer_class):
+        DebertaV2Encoder.__init__(self, config)
+        self.layer = nn.ModuleList([layer_class(config, layer_idx=i) for i in range(config.num_hidden_layers)])
+        self.init_bridge_stack(config)
+
+    def forward(self, hidden_states, attention_mask, token_mask, allowed_pairs, output_hidden_states=False):
+        input_mask = attention_mask
+        inputs = (
+            self.get_attention_mask(attention_mask),
+            self.get_rel_pos(hidden_states),
+            self.get_rel_embedding(),
+        )
+
+        def after_layer(idx, layer_input, output):
+            return self.conv(layer_input, output, input_mask) if idx == 0 and self.conv is not None else output
+
+        return self.bridged_forward(
+            self.layer,
+            hidden_states,
+            [inputs] * len(self.layer),
+            token_mask,
+            allowed_pairs,
+            output_hidden_states,
+            after_layer,
+        )
 
 
 class SeedClassificationHead(nn.Module):
@@ -498,8 +736,9 @@ class SeedClassificationHead(nn.Module):
 
     def __init__(self, config):
         super().__init__()
-        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
-        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        dropout = getattr(config, "classifier_dropout", None)
+        dropout = dropout if dropout is not None else config.hidden_dropout_prob
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.bridge_norm_eps)
         self.fc1 = nn.Linear(config.hidden_size, config.hidden_size)
         self.dropout = nn.Dropout(dropout)
         self.fc2 = nn.Linear(config.hidden_size, config.num_labels)
@@ -532,26 +771,54 @@ class BridgePreTrainedMixin(ZooModelMixin):
         return (
             "Cross-layer bridges (interlayer, seed 000): for each of the target layers "
             f"{targets}, a router picks {c.route_topk} earlier source layer(s) per example; the sources send "
-            f"{messages}, which are normalised, projected and added to the attention output before the FFN. "
+            f"{messages}, which are normalised, projected and added where the attention sublayer ends, before "
+            "the FFN sublayer. "
             "Every stock weight keeps its stock name; the bridge's own parameters contain `bridge`."
         )
 
 
 class BridgeModelMixin(BridgePreTrainedMixin):
-    """The bridged base model: stock embeddings, bridged encoder, stock pooler. Families set the three classes."""
+    """The bridged base model: the family's stock embeddings, its layers with the bridge, its stock pooler if any.
+
+    A family declares `embeddings_class`, `layer_class`, `encoder_class` and `pooler_class` (None when the stock base
+    model has no pooler), and overrides `embed` or `encode` where its stock base model differs from BERT's."""
 
     embeddings_class: type[nn.Module]
     layer_class: type[nn.Module]
-    pooler_class: type[nn.Module]
+    encoder_class: type[nn.Module] = BridgeEncoder
+    pooler_class: type[nn.Module] | None = None
 
     def __init__(self, config, add_pooling_layer: bool = True):
         PreTrainedModel.__init__(self, config)
         self.config = config
         self.gradient_checkpointing = False
-        self.embeddings = self.embeddings_class(config)
-        self.encoder = BridgeEncoder(config, self.layer_class)
-        self.pooler = self.pooler_class(config) if add_pooling_layer else None
+        self.build_modules(config, add_pooling_layer)
         self.post_init()
+
+    def build_modules(self, config, add_pooling_layer):
+        """The stock modules, with their stock names (BERT's layout: `embeddings`, `encoder.layer.N`, `pooler`)."""
+        self.embeddings = self.embeddings_class(config)
+        self.encoder = self.encoder_class(config, self.layer_class)
+        if self.pooler_class is not None:
+            self.pooler = self.pooler_class(config) if add_pooling_layer else None
+
+    def embed(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds):
+        return self.embeddings(
+            input_ids=input_ids, position_ids=position_ids, token_type_ids=token_type_ids, inputs_embeds=inputs_embeds
+        )
+
+    def encode(self, embedding_output, attention_mask, position_ids, token_mask, allowed_pairs, output_hidden_states):
+        """The layer stack; returns the last hidden state, the hidden states (or None) and the auxiliary loss."""
+        extended_mask, _ = self._create_attention_masks(
+            attention_mask=attention_mask,
+            encoder_attention_mask=None,
+            embedding_output=embedding_output,
+            encoder_hidden_states=None,
+            past_key_values=None,
+        )
+        return self.encoder(
+            embedding_output, extended_mask, token_mask, allowed_pairs, output_hidden_states=output_hidden_states
+        )
 
     def _segments(self, input_ids, token_type_ids):
         """Segment id per token for cross-segment pair masks: token types, or the separator count before it."""
@@ -602,30 +869,21 @@ class BridgeModelMixin(BridgePreTrainedMixin):
             )
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
-        embedding_output = self.embeddings(
-            input_ids=input_ids, position_ids=position_ids, token_type_ids=token_type_ids, inputs_embeds=inputs_embeds
-        )
+        embedding_output = self.embed(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
         if attention_mask is None:
             token_mask = torch.ones(embedding_output.shape[:2], dtype=torch.bool, device=embedding_output.device)
         else:
             token_mask = attention_mask.bool()
-        extended_mask, _ = self._create_attention_masks(
-            attention_mask=attention_mask,
-            encoder_attention_mask=None,
-            embedding_output=embedding_output,
-            encoder_hidden_states=None,
-            past_key_values=None,
-        )
         allowed_pairs = (
             self._allowed_pairs(input_ids, token_type_ids, token_mask) if self.config.bridge_mode != "qkv" else None
         )
-        sequence_output, all_hidden, aux_loss = self.encoder(
-            embedding_output, extended_mask, token_mask, allowed_pairs, output_hidden_states=output_hidden_states
+        sequence_output, all_hidden, aux_loss = self.encode(
+            embedding_output, attention_mask, position_ids, token_mask, allowed_pairs, output_hidden_states
         )
-        pooled_output = self.pooler(sequence_output) if self.pooler is not None else None
+        pooler = getattr(self, "pooler", None)
         output = BridgeModelOutput(
             last_hidden_state=sequence_output,
-            pooler_output=pooled_output,
+            pooler_output=pooler(sequence_output) if pooler is not None else None,
             hidden_states=all_hidden,
             bridge_aux_loss=aux_loss,
         )
@@ -641,32 +899,38 @@ def classification_loss(labels, logits, config, label_smoothing: float = 0.0):
     return ForSequenceClassificationLoss(labels, logits, config)
 
 
-class BridgeForSequenceClassificationMixin(BridgePreTrainedMixin):
-    """Sequence classification on a bridged encoder, with the family's stock head or the seed's head.
+class BridgeTaskMixin(BridgePreTrainedMixin):
+    """A task head on a bridged base model; `loss` is the task loss plus the bridge's auxiliary loss.
 
     `label_smoothing` is an attribute (default 0.0) rather than the Trainer's `label_smoothing_factor`, because the
-    Trainer's smoother recomputes the loss from the logits and would drop the bridge's auxiliary loss.
+    Trainer's smoother recomputes the loss from the logits and would drop the bridge's auxiliary loss. A family
+    declares `base_class` and, where its stock head differs from the task's default, `build_stock_head(config)` and
+    `stock_logits(outputs, attention_mask)`.
     """
 
-    pipeline_tag = "text-classification"
     # the loss is a batch mean that ignores `num_items_in_batch`, so the Trainer must divide it by the number of
     # gradient-accumulation steps itself (it would not for a model that takes **kwargs without this flag)
     accepts_loss_kwargs = False
     base_class: type[nn.Module]
-    stock_uses_pooler: bool
+    output_class: type[ModelOutput]
 
     def __init__(self, config):
         PreTrainedModel.__init__(self, config)
         self.num_labels = config.num_labels
         self.config = config
         self.label_smoothing = 0.0
-        add_pooler = self.stock_uses_pooler and config.classifier_head == "stock"
-        setattr(self, self.base_model_prefix, self.base_class(config, add_pooling_layer=add_pooler))
-        if config.classifier_head == "seed":
-            self.classifier = SeedClassificationHead(config)
-        else:
-            self.build_stock_head(config)
+        setattr(self, self.base_model_prefix, self.base_class(config, add_pooling_layer=self.uses_pooler(config)))
+        self.build_head(config)
         self.post_init()
+
+    def uses_pooler(self, config) -> bool:
+        return False
+
+    def build_head(self, config):
+        self.build_stock_head(config)
+
+    def task_logits(self, outputs, attention_mask):
+        return self.stock_logits(outputs, attention_mask)
 
     @can_return_tuple
     def forward(
@@ -679,7 +943,7 @@ class BridgeForSequenceClassificationMixin(BridgePreTrainedMixin):
         labels: torch.Tensor | None = None,
         output_hidden_states: bool | None = None,
         **kwargs,
-    ) -> BridgeSequenceClassifierOutput:
+    ):
         outputs = getattr(self, self.base_model_prefix)(
             input_ids,
             attention_mask=attention_mask,
@@ -690,15 +954,12 @@ class BridgeForSequenceClassificationMixin(BridgePreTrainedMixin):
             return_dict=True,
             **kwargs,
         )
-        if self.config.classifier_head == "seed":
-            logits = self.classifier(outputs.last_hidden_state)
-        else:
-            logits = self.stock_logits(outputs)
+        logits = self.task_logits(outputs, attention_mask)
         loss = task_loss = None
         if labels is not None:
-            task_loss = classification_loss(labels, logits, self.config, self.label_smoothing)
+            task_loss = self.task_loss(labels, logits)
             loss = task_loss + outputs.bridge_aux_loss
-        return BridgeSequenceClassifierOutput(
+        return self.output_class(
             loss=loss,
             logits=logits,
             hidden_states=outputs.hidden_states,
@@ -707,12 +968,70 @@ class BridgeForSequenceClassificationMixin(BridgePreTrainedMixin):
         )
 
 
-class RobertaBridgeModel(BridgeModelMixin, RobertaModel):
-    config_class = RobertaBridgeConfig
-    embeddings_class = RobertaEmbeddings
-    layer_class = RobertaBridgeLayer
-    pooler_class = RobertaPooler
-    _no_split_modules = ["RobertaEmbeddings", "RobertaBridgeLayer"]
+class BridgeForSequenceClassificationMixin(BridgeTaskMixin):
+    """Sequence classification with the family's stock head (default: `stock_head_class` on the last hidden state,
+    RoBERTa's layout) or the seed's head (`classifier_head="seed"`)."""
+
+    pipeline_tag = "text-classification"
+    output_class = BridgeSequenceClassifierOutput
+    stock_uses_pooler = False
+    stock_head_class: type[nn.Module]
+
+    def uses_pooler(self, config) -> bool:
+        return self.stock_uses_pooler and config.classifier_head == "stock"
+
+    def build_head(self, config):
+        if config.classifier_head == "seed":
+            self.classifier = SeedClassificationHead(config)
+        else:
+            self.build_stock_head(config)
+
+    def build_stock_head(self, config):
+        self.classifier = self.stock_head_class(config)
+
+    def stock_logits(self, outputs, attention_mask):
+        return self.classifier(outputs.last_hidden_state)
+
+    def task_logits(self, outputs, attention_mask):
+        if self.config.classifier_head == "seed":
+            return self.classifier(outputs.last_hidden_state)
+        return self.stock_logits(outputs, attention_mask)
+
+    def task_loss(self, labels, logits):
+        return classification_loss(labels, logits, self.config, self.label_smoothing)
+
+
+class BridgeForTokenClassificationMixin(BridgeTaskMixin):
+    """Token classification with the family's stock head (default: dropout and a linear classifier on every token,
+    BERT's layout). The seed's head classifies the first token only, so `classifier_head="seed"` is refused."""
+
+    pipeline_tag = "token-classification"
+    output_class = BridgeTokenClassifierOutput
+
+    def build_head(self, config):
+        if config.classifier_head != "stock":
+            raise ValueError(
+                f"`classifier_head={config.classifier_head!r}` is a sequence-classification head (it reads the first "
+                f"token); {type(self).__name__} takes only `classifier_head='stock'`."
+            )
+        self.build_stock_head(config)
+
+    def build_stock_head(self, config):
+        dropout = getattr(config, "classifier_dropout", None)
+        self.dropout = nn.Dropout(dropout if dropout is not None else config.hidden_dropout_prob)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+
+    def stock_logits(self, outputs, attention_mask):
+        return self.classifier(self.dropout(outputs.last_hidden_state))
+
+    def task_loss(self, labels, logits):
+        """The stock token-classification loss (cross-entropy over tokens, labels -100 ignored)."""
+        return F.cross_entropy(
+            logits.view(-1, self.num_labels), labels.view(-1).to(logits.device), label_smoothing=self.label_smoothing
+        )
+
+
+# ---- the families: each is a declaration of its stock modules and roles ---------------------------------------------
 
 
 class BertBridgeModel(BridgeModelMixin, BertModel):
@@ -723,16 +1042,101 @@ class BertBridgeModel(BridgeModelMixin, BertModel):
     _no_split_modules = ["BertEmbeddings", "BertBridgeLayer"]
 
 
-class RobertaBridgeForSequenceClassification(BridgeForSequenceClassificationMixin, RobertaPreTrainedModel):
+class RobertaBridgeModel(BridgeModelMixin, RobertaModel):
     config_class = RobertaBridgeConfig
-    base_class = RobertaBridgeModel
-    stock_uses_pooler = False
+    embeddings_class = RobertaEmbeddings
+    layer_class = RobertaBridgeLayer
+    pooler_class = RobertaPooler
+    _no_split_modules = ["RobertaEmbeddings", "RobertaBridgeLayer"]
 
-    def build_stock_head(self, config):
-        self.classifier = RobertaClassificationHead(config)
 
-    def stock_logits(self, outputs):
-        return self.classifier(outputs.last_hidden_state)
+class XLMRobertaBridgeModel(BridgeModelMixin, XLMRobertaModel):
+    config_class = XLMRobertaBridgeConfig
+    embeddings_class = XLMRobertaEmbeddings
+    layer_class = XLMRobertaBridgeLayer
+    pooler_class = XLMRobertaPooler
+    _no_split_modules = ["XLMRobertaEmbeddings", "XLMRobertaBridgeLayer"]
+
+
+class ElectraBridgeModel(BridgeModelMixin, ElectraModel):
+    """ELECTRA: no pooler; `embeddings_project` maps `embedding_size` to `hidden_size` when they differ."""
+
+    config_class = ElectraBridgeConfig
+    embeddings_class = ElectraEmbeddings
+    layer_class = ElectraBridgeLayer
+    _no_split_modules = ["ElectraEmbeddings", "ElectraBridgeLayer"]
+
+    def build_modules(self, config, add_pooling_layer):
+        super().build_modules(config, add_pooling_layer)
+        if config.embedding_size != config.hidden_size:
+            self.embeddings_project = nn.Linear(config.embedding_size, config.hidden_size)
+
+    def embed(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds):
+        embedding_output = super().embed(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
+        project = getattr(self, "embeddings_project", None)
+        return project(embedding_output) if project is not None else embedding_output
+
+
+class DebertaV2BridgeModel(BridgeModelMixin, DebertaV2Model):
+    """DeBERTa-v2/v3: no pooler; the embeddings zero padded positions, the encoder builds the relative positions."""
+
+    config_class = DebertaV2BridgeConfig
+    embeddings_class = DebertaV2Embeddings
+    layer_class = DebertaV2BridgeLayer
+    encoder_class = DebertaV2BridgeEncoder
+    _no_split_modules = ["DebertaV2Embeddings", "DebertaV2BridgeLayer"]
+
+    def embed(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds):
+        if attention_mask is None:
+            reference = input_ids if input_ids is not None else inputs_embeds[..., 0]
+            attention_mask = torch.ones(reference.shape, device=reference.device)
+        return self.embeddings(
+            input_ids=input_ids,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            mask=attention_mask,
+            inputs_embeds=inputs_embeds,
+        )
+
+    def encode(self, embedding_output, attention_mask, position_ids, token_mask, allowed_pairs, output_hidden_states):
+        return self.encoder(
+            embedding_output, token_mask.long(), token_mask, allowed_pairs, output_hidden_states=output_hidden_states
+        )
+
+
+class ModernBertBridgeModel(BridgeStackMixin, BridgeModelMixin, ModernBertModel):
+    """ModernBERT: no encoder module (the layers are `layers.N` on the base model, which holds the router), alternating
+    full and sliding-window attention with rotary positions, and a final norm. No pooler."""
+
+    config_class = ModernBertBridgeConfig
+    embeddings_class = ModernBertEmbeddings
+    layer_class = ModernBertBridgeLayer
+    _no_split_modules = ["ModernBertEmbeddings", "ModernBertBridgeLayer"]
+
+    def build_modules(self, config, add_pooling_layer):
+        self.embeddings = self.embeddings_class(config)
+        self.layers = nn.ModuleList([self.layer_class(config, layer_idx=i) for i in range(config.num_hidden_layers)])
+        self.final_norm = nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias)
+        self.rotary_emb = ModernBertRotaryEmbedding(config=config)
+        self.init_bridge_stack(config)
+
+    def embed(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds):
+        return self.embeddings(input_ids=input_ids, inputs_embeds=inputs_embeds)
+
+    def encode(self, embedding_output, attention_mask, position_ids, token_mask, allowed_pairs, output_hidden_states):
+        if position_ids is None:
+            position_ids = torch.arange(embedding_output.shape[1], device=embedding_output.device).unsqueeze(0)
+        mask_kwargs = {"config": self.config, "inputs_embeds": embedding_output, "attention_mask": attention_mask}
+        masks = {
+            "full_attention": create_bidirectional_mask(**mask_kwargs),
+            "sliding_attention": create_bidirectional_sliding_window_mask(**mask_kwargs),
+        }
+        rotary = {kind: self.rotary_emb(embedding_output, position_ids, kind) for kind in set(self.config.layer_types)}
+        inputs = [(masks[layer.attention_type], *rotary[layer.attention_type]) for layer in self.layers]
+        hidden, all_hidden, aux_loss = self.bridged_forward(
+            self.layers, embedding_output, inputs, token_mask, allowed_pairs, output_hidden_states
+        )
+        return self.final_norm(hidden), all_hidden, aux_loss
 
 
 class BertBridgeForSequenceClassification(BridgeForSequenceClassificationMixin, BertPreTrainedModel):
@@ -745,22 +1149,148 @@ class BertBridgeForSequenceClassification(BridgeForSequenceClassificationMixin, 
         self.dropout = nn.Dropout(dropout)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
 
-    def stock_logits(self, outputs):
+    def stock_logits(self, outputs, attention_mask):
         return self.classifier(self.dropout(outputs.pooler_output))
 
 
-RobertaBridgeConfig.register_for_auto_class()
-BertBridgeConfig.register_for_auto_class()
-RobertaBridgeModel.register_for_auto_class("AutoModel")
-BertBridgeModel.register_for_auto_class("AutoModel")
-RobertaBridgeForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
-BertBridgeForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
+class RobertaBridgeForSequenceClassification(BridgeForSequenceClassificationMixin, RobertaPreTrainedModel):
+    config_class = RobertaBridgeConfig
+    base_class = RobertaBridgeModel
+    stock_head_class = RobertaClassificationHead
+
+
+class XLMRobertaBridgeForSequenceClassification(BridgeForSequenceClassificationMixin, XLMRobertaPreTrainedModel):
+    config_class = XLMRobertaBridgeConfig
+    base_class = XLMRobertaBridgeModel
+    stock_head_class = XLMRobertaClassificationHead
+
+
+class ElectraBridgeForSequenceClassification(BridgeForSequenceClassificationMixin, ElectraPreTrainedModel):
+    config_class = ElectraBridgeConfig
+    base_class = ElectraBridgeModel
+    stock_head_class = ElectraClassificationHead
+
+
+class DebertaV2BridgeForSequenceClassification(BridgeForSequenceClassificationMixin, DebertaV2PreTrainedModel):
+    config_class = DebertaV2BridgeConfig
+    base_class = DebertaV2BridgeModel
+
+    def build_stock_head(self, config):
+        self.pooler = ContextPooler(config)
+        self.classifier = nn.Linear(self.pooler.output_dim, config.num_labels)
+        dropout = getattr(config, "cls_dropout", None)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob if dropout is None else dropout)
+
+    def stock_logits(self, outputs, attention_mask):
+        return self.classifier(self.dropout(self.pooler(outputs.last_hidden_state)))
+
+
+class ModernBertStockHead:
+    """ModernBERT's task heads: `head` (dense, activation, norm), dropout `drop`, then `classifier`."""
+
+    def build_stock_head(self, config):
+        self.head = ModernBertPredictionHead(config)
+        self.drop = nn.Dropout(config.classifier_dropout)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+
+    def classify(self, hidden):
+        return self.classifier(self.drop(self.head(hidden)))
+
+
+class ModernBertBridgeForSequenceClassification(
+    ModernBertStockHead, BridgeForSequenceClassificationMixin, ModernBertPreTrainedModel
+):
+    config_class = ModernBertBridgeConfig
+    base_class = ModernBertBridgeModel
+
+    def stock_logits(self, outputs, attention_mask):
+        hidden = outputs.last_hidden_state
+        if self.config.classifier_pooling == "cls":
+            return self.classify(hidden[:, 0])
+        token_mask = torch.ones_like(hidden[..., 0]) if attention_mask is None else attention_mask
+        return self.classify(pool_tokens(hidden, token_mask, "mean"))
+
+
+class BertBridgeForTokenClassification(BridgeForTokenClassificationMixin, BertPreTrainedModel):
+    config_class = BertBridgeConfig
+    base_class = BertBridgeModel
+
+
+class RobertaBridgeForTokenClassification(BridgeForTokenClassificationMixin, RobertaPreTrainedModel):
+    config_class = RobertaBridgeConfig
+    base_class = RobertaBridgeModel
+
+
+class XLMRobertaBridgeForTokenClassification(BridgeForTokenClassificationMixin, XLMRobertaPreTrainedModel):
+    config_class = XLMRobertaBridgeConfig
+    base_class = XLMRobertaBridgeModel
+
+
+class ElectraBridgeForTokenClassification(BridgeForTokenClassificationMixin, ElectraPreTrainedModel):
+    config_class = ElectraBridgeConfig
+    base_class = ElectraBridgeModel
+
+
+class DebertaV2BridgeForTokenClassification(BridgeForTokenClassificationMixin, DebertaV2PreTrainedModel):
+    config_class = DebertaV2BridgeConfig
+    base_class = DebertaV2BridgeModel
+
+
+class ModernBertBridgeForTokenClassification(
+    ModernBertStockHead, BridgeForTokenClassificationMixin, ModernBertPreTrainedModel
+):
+    config_class = ModernBertBridgeConfig
+    base_class = ModernBertBridgeModel
+
+    def stock_logits(self, outputs, attention_mask):
+        return self.classify(outputs.last_hidden_state)
+
+
+FAMILIES = {  # stock model_type -> (config, base model, sequence classification, token classification)
+    "bert": (BertBridgeConfig, BertBridgeModel, BertBridgeForSequenceClassification, BertBridgeForTokenClassification),
+    "roberta": (
+        RobertaBridgeConfig,
+        RobertaBridgeModel,
+        RobertaBridgeForSequenceClassification,
+        RobertaBridgeForTokenClassification,
+    ),
+    "xlm-roberta": (
+        XLMRobertaBridgeConfig,
+        XLMRobertaBridgeModel,
+        XLMRobertaBridgeForSequenceClassification,
+        XLMRobertaBridgeForTokenClassification,
+    ),
+    "electra": (
+        ElectraBridgeConfig,
+        ElectraBridgeModel,
+        ElectraBridgeForSequenceClassification,
+        ElectraBridgeForTokenClassification,
+    ),
+    "deberta-v2": (
+        DebertaV2BridgeConfig,
+        DebertaV2BridgeModel,
+        DebertaV2BridgeForSequenceClassification,
+        DebertaV2BridgeForTokenClassification,
+    ),
+    "modernbert": (
+        ModernBertBridgeConfig,
+        ModernBertBridgeModel,
+        ModernBertBridgeForSequenceClassification,
+        ModernBertBridgeForTokenClassification,
+    ),
+}
+for _config, _base, _sequence, _token in FAMILIES.values():
+    register_for_auto_classes(
+        _config,
+        AutoModel=_base,
+        AutoModelForSequenceClassification=_sequence,
+        AutoModelForTokenClassification=_token,
+    )
 
 __all__ = [
-    "RobertaBridgeModel",
-    "RobertaBridgeForSequenceClassification",
-    "BertBridgeModel",
-    "BertBridgeForSequenceClassification",
+    "FAMILIES",
     "BridgeModelOutput",
     "BridgeSequenceClassifierOutput",
+    "BridgeTokenClassifierOutput",
+    *(cls.__name__ for classes in FAMILIES.values() for cls in classes[1:]),
 ]

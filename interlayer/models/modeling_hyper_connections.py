@@ -48,7 +48,7 @@ from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_hyper_connections import LlamaMHCConfig, Qwen3MHCConfig
 from .decoder_common import CausalLMMixin, DecoderStackMixin, FreezeBaseMixin
-from .zoo_common import EVAL_PREFIX, StatsAccumulator
+from .zoo_common import EVAL_PREFIX, StatsAccumulator, register_for_auto_classes
 
 COEFFICIENT_EPS = 1e-6
 MHC_RES_DIAGONAL = 4.0  # raw diagonal of H_res at identity_init in mHC mode (about 0.95 on the diagonal at K=4)
@@ -596,13 +596,8 @@ class LlamaMHCForCausalLM(HCForCausalLMMixin, LlamaForCausalLM, GenerationMixin)
     _no_split_modules = ["LlamaMHCDecoderLayer"]
 
 
-for _config, _base, _lm in (
-    (Qwen3MHCConfig, Qwen3MHCModel, Qwen3MHCForCausalLM),
-    (LlamaMHCConfig, LlamaMHCModel, LlamaMHCForCausalLM),
-):
-    _config.register_for_auto_class()
-    _base.register_for_auto_class("AutoModel")
-    _lm.register_for_auto_class("AutoModelForCausalLM")
+register_for_auto_classes(Qwen3MHCConfig, AutoModel=Qwen3MHCModel, AutoModelForCausalLM=Qwen3MHCForCausalLM)
+register_for_auto_classes(LlamaMHCConfig, AutoModel=LlamaMHCModel, AutoModelForCausalLM=LlamaMHCForCausalLM)
 
 __all__ = [
     "HyperConnection",

@@ -45,7 +45,7 @@ from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_latent import LlamaLatentConfig, Qwen3LatentConfig
 from .decoder_common import CausalLMMixin, DecoderStackMixin, FreezeBaseMixin
-from .zoo_common import StatsAccumulator
+from .zoo_common import StatsAccumulator, register_for_auto_classes
 
 
 class LatentCache(DynamicCache):
@@ -526,13 +526,8 @@ class LlamaLatentForCausalLM(LatentForCausalLMMixin, LlamaForCausalLM, Generatio
     _no_split_modules = ["LlamaLatentDecoderLayer"]
 
 
-for _config, _base, _lm in (
-    (Qwen3LatentConfig, Qwen3LatentModel, Qwen3LatentForCausalLM),
-    (LlamaLatentConfig, LlamaLatentModel, LlamaLatentForCausalLM),
-):
-    _config.register_for_auto_class()
-    _base.register_for_auto_class("AutoModel")
-    _lm.register_for_auto_class("AutoModelForCausalLM")
+register_for_auto_classes(Qwen3LatentConfig, AutoModel=Qwen3LatentModel, AutoModelForCausalLM=Qwen3LatentForCausalLM)
+register_for_auto_classes(LlamaLatentConfig, AutoModel=LlamaLatentModel, AutoModelForCausalLM=LlamaLatentForCausalLM)
 
 __all__ = [
     "LatentCache",

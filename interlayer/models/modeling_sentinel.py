@@ -90,6 +90,7 @@ from transformers.utils.generic import can_return_tuple
 
 from .configuration_sentinel import (
     BertSentinelConfig,
+    GatedGPT2Config,
     GPT2SentinelConfig,
     LlamaSentinelConfig,
     Qwen2SentinelConfig,
@@ -97,7 +98,7 @@ from .configuration_sentinel import (
     RobertaSentinelConfig,
 )
 from .decoder_common import CausalLMMixin, DecoderStackMixin
-from .zoo_common import ZooModelMixin
+from .zoo_common import ZooModelMixin, register_for_auto_classes
 
 
 @dataclass(frozen=True)
@@ -1081,22 +1082,26 @@ class RobertaSentinelForSequenceClassification(EncoderSentinelForSequenceClassif
         return self.classifier(outputs.last_hidden_state)
 
 
-for _config, _base, _lm in (
-    (GPT2SentinelConfig, GPT2SentinelModel, GPT2SentinelLMHeadModel),
-    (LlamaSentinelConfig, LlamaSentinelModel, LlamaSentinelForCausalLM),
-    (Qwen2SentinelConfig, Qwen2SentinelModel, Qwen2SentinelForCausalLM),
-    (Qwen3SentinelConfig, Qwen3SentinelModel, Qwen3SentinelForCausalLM),
-):
-    _config.register_for_auto_class()
-    _base.register_for_auto_class("AutoModel")
-    _lm.register_for_auto_class("AutoModelForCausalLM")
-for _config, _base, _classifier in (
-    (BertSentinelConfig, BertSentinelModel, BertSentinelForSequenceClassification),
-    (RobertaSentinelConfig, RobertaSentinelModel, RobertaSentinelForSequenceClassification),
-):
-    _config.register_for_auto_class()
-    _base.register_for_auto_class("AutoModel")
-    _classifier.register_for_auto_class("AutoModelForSequenceClassification")
+register_for_auto_classes(GPT2SentinelConfig, AutoModel=GPT2SentinelModel, AutoModelForCausalLM=GPT2SentinelLMHeadModel)
+register_for_auto_classes(
+    LlamaSentinelConfig, AutoModel=LlamaSentinelModel, AutoModelForCausalLM=LlamaSentinelForCausalLM
+)
+register_for_auto_classes(
+    Qwen2SentinelConfig, AutoModel=Qwen2SentinelModel, AutoModelForCausalLM=Qwen2SentinelForCausalLM
+)
+register_for_auto_classes(
+    Qwen3SentinelConfig, AutoModel=Qwen3SentinelModel, AutoModelForCausalLM=Qwen3SentinelForCausalLM
+)
+register_for_auto_classes(
+    BertSentinelConfig,
+    AutoModel=BertSentinelModel,
+    AutoModelForSequenceClassification=BertSentinelForSequenceClassification,
+)
+register_for_auto_classes(
+    RobertaSentinelConfig,
+    AutoModel=RobertaSentinelModel,
+    AutoModelForSequenceClassification=RobertaSentinelForSequenceClassification,
+)
 
 # the names the GPT-2 classes had before the rename, still documented and importable
 GatedGPT2Model = GPT2SentinelModel
@@ -1108,6 +1113,7 @@ __all__ = [
     "GPT2SentinelAttention",
     "GPT2SentinelLMHeadModel",
     "GPT2SentinelModel",
+    "GatedGPT2Config",
     "GatedGPT2LMHeadModel",
     "GatedGPT2Model",
     "LlamaSentinelForCausalLM",

@@ -340,15 +340,30 @@ class ZooModelMixin:
         """The stock `from_pretrained`, then the mechanism's `finish_loading`. Loading a stock checkpoint (a
         conversion) also remembers the parameters' state, so that the model card can say whether the saved model is
         still the untrained conversion."""
+        return cls._load(pretrained_model_name_or_path, pretrained_model_name_or_path, *args, **kwargs)
+
+    @classmethod
+    def from_stock_model(cls, stock_model, config, **kwargs):
+        """Convert an already-loaded stock model in memory, as `from_pretrained` converts a stock checkpoint, without
+        reading it from disk: the new model takes the stock model's weight tensors themselves (no copy, as
+        `peft.get_peft_model` wraps the model it is given), in their dtype. `config` is this class's config built
+        from the stock model's (`interlayer.convert` does it all)."""
+        kwargs.setdefault("dtype", stock_model.dtype)
+        source = getattr(stock_model, "name_or_path", None) or f"in-memory {type(stock_model).__name__}"
+        config.base_model_name_or_path = source
+        return cls._load(source, None, config=config, state_dict=stock_model.state_dict(), **kwargs)
+
+    @classmethod
+    def _load(cls, source, pretrained_model_name_or_path, *args, **kwargs):
         want_info = kwargs.pop("output_loading_info", False)
         with _HeldRecords("transformers.modeling_utils", "LOAD REPORT") as load_report:
             model, info = super().from_pretrained(
                 pretrained_model_name_or_path, *args, output_loading_info=True, **kwargs
             )
         model.finish_loading(info)
-        if getattr(model.config, "base_model_name_or_path", None) == str(pretrained_model_name_or_path):
+        if getattr(model.config, "base_model_name_or_path", None) == str(source):
             model._conversion_fingerprint = model._parameter_fingerprint()
-            model._report_conversion(pretrained_model_name_or_path, info)
+            model._report_conversion(source, info)
         else:  # a saved zoo model: transformers' report of anything missing or unused is news
             load_report.release()
         return (model, info) if want_info else model
@@ -446,6 +461,17 @@ class ZooModelMixin:
         if int(os.environ.get("LOCAL_RANK", "0")) == 0:
             write_model_card(self, save_directory)
         return result
+
+
+def register_for_auto_classes(config_class, **model_classes) -> None:
+    """Register `config_class` and each model class for the Auto class it is given under
+    (`register_for_auto_classes(Qwen3MHCConfig, AutoModel=Qwen3MHCModel, AutoModelForCausalLM=Qwen3MHCForCausalLM)`).
+
+    This is the one declaration of a zoo model: `save_pretrained` writes it into the folder's `auto_map` (remote
+    code), and the zoo's registry (`interlayer.zoo.ZOO`: Auto registration, `interlayer list`, conversion) reads it."""
+    config_class.register_for_auto_class()
+    for auto_class, model_class in model_classes.items():
+        model_class.register_for_auto_class(auto_class)
 
 
 def _yaml_value(value) -> str:
