@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast, Trainer, TrainingArguments  # noqa: E402
 
-from interlayer import GatedGPT2LMHeadModel  # noqa: E402
+from interlayer import GPT2SentinelLMHeadModel  # noqa: E402
 from interlayer.inspect import draw_sentinel_gates  # noqa: E402
 from interlayer.sentinel import STRATEGIES, SentinelControllerCallback, prune_by_strategy  # noqa: E402
 from interlayer.training import lm_batches, lm_blocks, train_byte_bpe  # noqa: E402
@@ -158,7 +158,7 @@ def main():
         for fraction in fractions:
             for strategy in STRATEGIES:
                 torch.manual_seed(0)
-                model = GatedGPT2LMHeadModel.from_pretrained(stock_dir)
+                model = GPT2SentinelLMHeadModel.from_pretrained(stock_dir)
                 prune_by_strategy(model, fraction, strategy, score, seed=0)
                 pruned_ppl = perplexity(model, val)
                 train(model, train_blocks, args.finetune_steps, 3e-4, out / "ft", batch=args.batch)
@@ -176,7 +176,7 @@ def main():
         for name in ("plain", "controller + L1"):
             torch.manual_seed(0)
             l1 = 1e-4 if name != "plain" else 0.0
-            model = GatedGPT2LMHeadModel.from_pretrained(stock_dir, gate_l1=l1)
+            model = GPT2SentinelLMHeadModel.from_pretrained(stock_dir, gate_l1=l1)
             callbacks = []
             if name != "plain":
                 callbacks.append(
@@ -196,7 +196,7 @@ def main():
                 draw_sentinel_gates(model, str(out / "controller_gates.png"))
             else:
                 # baseline for the controller's choice: as many heads as its budget, chosen at random
-                random_model = GatedGPT2LMHeadModel.from_pretrained(stock_dir)
+                random_model = GPT2SentinelLMHeadModel.from_pretrained(stock_dir)
                 random_model.load_state_dict(model.state_dict())
                 prune_by_strategy(random_model, 0.3, "random", seed=0)
                 results["controller_random_baseline_ppl"] = perplexity(random_model, val)
@@ -233,13 +233,13 @@ def main():
             return fwd, gen
 
         stock_fwd, stock_gen = speed(stock)
-        gated = GatedGPT2LMHeadModel.from_pretrained(stock_dir)
+        gated = GPT2SentinelLMHeadModel.from_pretrained(stock_dir)
         base_fwd, base_gen = speed(gated)
         print(f"| stock GPT-2 | 48 | - | {stock_fwd / base_fwd:.2f}x | {stock_gen / base_gen:.2f}x |")
         print("| gated, unpruned (reference) | 48 | 0% | 1.00x | 1.00x |")
         results["speed"] = [dict(model="stock", fwd_ratio=stock_fwd / base_fwd, gen_ratio=stock_gen / base_gen)]
         for fraction in fractions:
-            model = GatedGPT2LMHeadModel.from_pretrained(stock_dir)
+            model = GPT2SentinelLMHeadModel.from_pretrained(stock_dir)
             prune_by_strategy(model, fraction, "importance", score)
             fwd, gen = speed(model)
             heads = sum(a.num_heads for a in model.gated_attentions)

@@ -46,7 +46,7 @@ def cmd_convert(args) -> int:
 def cmd_prune(args) -> int:
     from transformers import AutoTokenizer
 
-    from .models.modeling_gated_gpt2 import GatedGPT2LMHeadModel
+    from .models.modeling_sentinel import GPT2SentinelLMHeadModel
     from .sentinel import prune_by_strategy
     from .training import lm_batches, lm_blocks
     from .zoo import prepare_output_dir, save_atomically
@@ -54,7 +54,7 @@ def cmd_prune(args) -> int:
     if not 0.0 <= args.fraction <= 1.0:
         raise ValueError(f"--fraction must be between 0 and 1, got {args.fraction}")
     prepare_output_dir(args.output, args.overwrite)
-    model = GatedGPT2LMHeadModel.from_pretrained(args.model).eval()
+    model = GPT2SentinelLMHeadModel.from_pretrained(args.model).eval()
     batches = None
     if args.strategy in ("entropy", "importance"):
         if not args.text_file:
@@ -170,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     convert.set_defaults(func=cmd_convert)
 
     prune = sub.add_parser("prune", help="remove attention heads of a (sentinel-gated) GPT-2 by a strategy")
-    prune.add_argument("model", help="a GatedGPT2 folder, or a stock GPT-2 checkpoint (converted on the way)")
+    prune.add_argument("model", help="a sentinel GPT-2 folder, or a stock GPT-2 checkpoint (converted on the way)")
     prune.add_argument("output")
     prune.add_argument("--strategy", required=True, choices=["entropy", "magnitude", "random", "importance"])
     prune.add_argument("--fraction", type=float, required=True, help="fraction of all heads pruned in total")

@@ -1,5 +1,5 @@
-"""Training-side tools for the sentinel-gated GPT-2 (seed 001): choosing heads to prune, the gate controller,
-progressive growth, and the gate heat-map. The model itself is `interlayer.models.modeling_gated_gpt2`."""
+"""Training-side tools for the sentinel-gated models (seed 001): choosing heads to prune, the gate controller,
+progressive growth, and the gate heat-map. The model itself is `interlayer.models.modeling_sentinel`."""
 
 from __future__ import annotations
 
@@ -51,16 +51,23 @@ def head_entropy(model, batches: Iterable[dict]) -> list[torch.Tensor]:
     return [s / max(tokens, 1.0) for s in sums]
 
 
-@torch.no_grad()
 def head_magnitude(model) -> list[torch.Tensor]:
-    """Norm of each head's own weights: its query/key/value columns of `c_attn` and its rows of `c_proj`."""
-    out = []
-    for a in _attentions(model):
-        w = a.c_attn.weight.view(a.embed_dim, 3, a.num_heads, a.head_dim)
-        qkv = w.pow(2).sum(dim=(0, 1, 3))
-        proj = a.c_proj.weight.view(a.num_heads, a.head_dim, a.embed_dim).pow(2).sum(dim=(1, 2))
-        out.append((qkv + proj).sqrt().float().cpu())
-    return out
+    """Norm of each head's own weights (its query, key and value weights and its part of the output projection;
+    a key/value head shared by a group counts for each head of the group): `model.head_weight_norms()`."""
+    return _unwrap(model).head_weight_norms()
+
+
+def task_loss(outputs):
+    """The loss of the task without the L1 pressure: `lm_loss` of a causal LM, `task_loss` of a classifier."""
+    return outputs.lm_loss if "lm_loss" in outputs else outputs.task_loss
+
+
+def loss_items(labels: torch.Tensor) -> int:
+    """How many targets a batch's labels hold: examples for a classifier (one label each), predicted tokens for a
+    causal LM (labels shifted by one, -100 ignored)."""
+    if labels.dim() == 1:
+        return labels.numel()
+    return int((labels[..., 1:] != -100).sum())
 
 
 def mask_gradient(model, batches: Iterable[dict], absolute: bool = True) -> list[torch.Tensor]:
@@ -77,7 +84,7 @@ def mask_gradient(model, batches: Iterable[dict], absolute: bool = True) -> list
         for m in masks:
             m.requires_grad_(True)
         for batch in _batches(batches, "importance"):
-            loss = model(**batch).lm_loss
+            loss = task_loss(model(**batch))
             grads = torch.autograd.grad(loss, [m for m in masks if m.numel()], allow_unused=True)
             grads = iter(grads)
             for s, m in zip(sums, masks):
@@ -366,7 +373,7 @@ class ProgressiveGrowthCallback(ResumableCallback):
         attns = _attentions(model)
         # expected loss increase of removing each head (mask m -> 0): -g * m
         batches = self._batches(train_dataloader, model)
-        tokens = sum(int((b["labels"][..., 1:] != -100).sum()) for b in batches)
+        tokens = sum(loss_items(b["labels"]) for b in batches)
         grads = [mean_tensor_over_ranks(g, tokens) for g in mask_gradient(model, batches, absolute=False)]
         scores = [-g * a.sentinel_head_mask.float().cpu() for g, a in zip(grads, attns)]
         total = sum(a.num_heads for a in attns)
@@ -397,7 +404,7 @@ class ProgressiveGrowthCallback(ResumableCallback):
             return
         # expected loss decrease of switching each inactive head on (mask 0 -> 1): -g * (1 - 0)
         batches = self._batches(train_dataloader, model)
-        tokens = sum(int((b["labels"][..., 1:] != -100).sum()) for b in batches)
+        tokens = sum(loss_items(b["labels"]) for b in batches)
         grads = [mean_tensor_over_ranks(g, tokens) for g in mask_gradient(model, batches, absolute=False)]
         helpful = [
             (-float(grads[i][h]), i, h)

@@ -14,9 +14,9 @@ from transformers import PretrainedConfig, PreTrainedModel
 from .models import (
     modeling_attention_bridge,
     modeling_bridge,
-    modeling_gated_gpt2,
     modeling_hyper_connections,
     modeling_latent,
+    modeling_sentinel,
 )
 from .models.zoo_common import check_choice, check_option_names, field_defaults, mechanism_field_names
 
@@ -24,7 +24,7 @@ from .models.zoo_common import check_choice, check_option_names, field_defaults,
 # in its file (`register_for_auto_classes`), which is also what its saved `auto_map` says
 MECHANISM_MODULES = {
     "bridge": modeling_bridge,
-    "sentinel": modeling_gated_gpt2,
+    "sentinel": modeling_sentinel,
     "hyper-connections": modeling_hyper_connections,
     "latent": modeling_latent,
     "attention-bridge": modeling_attention_bridge,

@@ -97,7 +97,7 @@ CASES = {
         pair_rows,
         bridge_units,
     ),
-    "gated_gpt2": (build_stock_gpt2, interlayer.GatedGPT2LMHeadModel, GATED, lm_rows, gated_units),
+    "sentinel_gpt2": (build_stock_gpt2, interlayer.GPT2SentinelLMHeadModel, GATED, lm_rows, gated_units),
     "marian_bridge": (
         build_stock_marian,
         interlayer.MarianBridgeForConditionalGeneration,

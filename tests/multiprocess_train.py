@@ -93,24 +93,24 @@ CASES = {
         pair_rows("bert"),
         (),
     ),
-    "gated_gpt2": (build_stock_gpt2, interlayer.GatedGPT2LMHeadModel, GATED, lm_rows, ()),
-    "gated_gpt2_no_l1": (
+    "sentinel_gpt2": (build_stock_gpt2, interlayer.GPT2SentinelLMHeadModel, GATED, lm_rows, ()),
+    "sentinel_gpt2_no_l1": (
         build_stock_gpt2,
-        interlayer.GatedGPT2LMHeadModel,
+        interlayer.GPT2SentinelLMHeadModel,
         {**GATED, "gate_l1": 0.0},
         lm_rows,
         (),
     ),
-    "gated_gpt2_controller": (
+    "sentinel_gpt2_controller": (
         build_stock_gpt2,
-        interlayer.GatedGPT2LMHeadModel,
+        interlayer.GPT2SentinelLMHeadModel,
         {**GATED, "gate_l1": 0.0},
         lm_rows,
         (sentinel_controller,),
     ),
-    "gated_gpt2_growth": (
+    "sentinel_gpt2_growth": (
         build_stock_gpt2,
-        interlayer.GatedGPT2LMHeadModel,
+        interlayer.GPT2SentinelLMHeadModel,
         {**GATED, "gate_l1": 0.0},
         lm_rows,
         (progressive_growth,),

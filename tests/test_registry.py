@@ -1,16 +1,19 @@
 """The zoo's registry is written once (each modeling file's `register_for_auto_classes`) and everything reads it:
 the Auto classes, the package's exports, `interlayer list`, the docs' matrix and the conformance suite's cases."""
 
+import ast
 import importlib
 import inspect
 import pathlib
+import re
 
 import transformers
 
 import interlayer
 from interlayer.cli import main
 from interlayer.testing import ConformanceSuite
-from interlayer.zoo import MECHANISMS, ZOO, matrix, matrix_markdown
+from interlayer.models.zoo_common import field_defaults
+from interlayer.zoo import MECHANISMS, ZOO, matrix, matrix_markdown, option_docs, options_markdown
 
 TESTS = pathlib.Path(__file__).parent
 DOCS_MATRIX = TESTS.parent / "docs" / "matrix.md"
@@ -63,3 +66,46 @@ def test_docs_matrix_is_the_registry():
     text = DOCS_MATRIX.read_text()
     table = text.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n") + "\n"
     assert table == matrix_markdown(), "docs/matrix.md is out of date: paste `interlayer list --markdown` into it"
+
+
+MECHANISM_PAGES = {
+    "bridge": "bridges.md",
+    "sentinel": "sentinel.md",
+    "hyper-connections": "hyper_connections.md",
+    "latent": "latent.md",
+    "attention-bridge": "attention_bridges.md",
+}
+
+
+def test_every_mechanism_page_shows_its_options():
+    """Each mechanism's page carries `interlayer list --options NAME` (every option, its type, real default and
+    meaning, from the config docstrings) between its markers: regenerate it when an option changes."""
+    assert set(MECHANISM_PAGES) == set(MECHANISMS)
+    for mechanism, page in MECHANISM_PAGES.items():
+        text = (DOCS_MATRIX.parent / page).read_text()
+        begin = f"<!-- options: interlayer list --options {mechanism} -->"
+        assert begin in text, f"docs/{page} has no options table"
+        table = text.split(begin, 1)[1].split("<!-- end of options -->", 1)[0].strip("\n") + "\n"
+        assert table == options_markdown(mechanism), f"docs/{page}: options table out of date"
+
+
+def _stated_default(kind: str):
+    match = re.search(r"defaults to (.+)$", kind)
+    if not match:
+        return None
+    text = match.group(1).strip().strip("`")
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def test_docstring_defaults_are_the_real_ones():
+    """An option's docstring `defaults to X` is the config's default (the table shows the real one; the docstring
+    must not say otherwise)."""
+    for e in ZOO:
+        defaults = field_defaults(e.config_class)
+        for name, (kind, _) in option_docs(e.config_class).items():
+            stated = _stated_default(kind)
+            if stated is not None:
+                assert stated == defaults[name], f"{e.config_class.__name__}.{name}: docstring {stated!r}"

@@ -7,7 +7,7 @@ import torch
 from gpt2_fixtures import build_stock_gpt2, lm_batch, lm_labels
 from transformers import Trainer, TrainerCallback, TrainerState, TrainingArguments
 
-from interlayer import GatedGPT2LMHeadModel
+from interlayer import GPT2SentinelLMHeadModel
 from interlayer.callbacks import MechanismStatsCallback
 from interlayer.sentinel import (
     ProgressiveGrowthCallback,
@@ -22,7 +22,7 @@ from interlayer.sentinel import (
 @pytest.fixture
 def model(tmp_path):
     build_stock_gpt2(str(tmp_path / "gpt2"))
-    return GatedGPT2LMHeadModel.from_pretrained(str(tmp_path / "gpt2")).eval()
+    return GPT2SentinelLMHeadModel.from_pretrained(str(tmp_path / "gpt2")).eval()
 
 
 def batches(n=2):
@@ -58,7 +58,7 @@ def test_entropy_ignores_padding(tmp_path, side, attn_implementation):
     """An example's head entropies (the entropy strategy's and the controller's) are the same alone and padded:
     padded keys get no attention and padded query positions are not averaged in."""
     build_stock_gpt2(str(tmp_path / "gpt2"))
-    model = GatedGPT2LMHeadModel.from_pretrained(str(tmp_path / "gpt2"), attn_implementation=attn_implementation)
+    model = GPT2SentinelLMHeadModel.from_pretrained(str(tmp_path / "gpt2"), attn_implementation=attn_implementation)
     model.eval()
     ids = lm_batch(lengths=(7,))["input_ids"]
     alone = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
@@ -327,7 +327,7 @@ def test_cli_prune_scores_on_text_and_saves_a_smaller_model(tmp_path):
         ]
     )
     assert code == 0
-    pruned = GatedGPT2LMHeadModel.from_pretrained(tmp_path / "pruned")
+    pruned = GPT2SentinelLMHeadModel.from_pretrained(tmp_path / "pruned")
     assert sum(len(v) for v in pruned.config.pruned_heads.values()) == 4
     assert sum(a.num_heads for a in pruned.gated_attentions) == 12
     assert AutoTokenizer.from_pretrained(tmp_path / "pruned")("To be")["input_ids"] == tokenizer("To be")["input_ids"]

@@ -6,7 +6,7 @@ from gpt2_fixtures import TINY_GPT2, build_stock_gpt2, lm_batch, lm_labels
 from transformers import GPT2LMHeadModel
 from transformers.models.gpt2.modeling_gpt2 import GPT2Block
 
-from interlayer import GatedGPT2LMHeadModel
+from interlayer import GPT2SentinelLMHeadModel
 
 
 @pytest.fixture
@@ -16,16 +16,16 @@ def gpt2_dir(tmp_path):
 
 
 def test_identity_gates_are_exactly_one(gpt2_dir):
-    model = GatedGPT2LMHeadModel.from_pretrained(gpt2_dir)
+    model = GPT2SentinelLMHeadModel.from_pretrained(gpt2_dir)
     for gates in model.gate_values():
         assert torch.equal(gates, torch.ones_like(gates))
-    seed_gates = GatedGPT2LMHeadModel.from_pretrained(gpt2_dir, identity_init=False).gate_values()[0]
+    seed_gates = GPT2SentinelLMHeadModel.from_pretrained(gpt2_dir, identity_init=False).gate_values()[0]
     torch.testing.assert_close(seed_gates, torch.sigmoid(torch.full((4,), 3.0)))
 
 
 def test_gate_scales_each_head_before_c_proj(gpt2_dir):
     """A manual computation of layer 0's attention with per-head gates equals the module's output."""
-    model = GatedGPT2LMHeadModel.from_pretrained(gpt2_dir, attn_implementation="eager").eval()
+    model = GPT2SentinelLMHeadModel.from_pretrained(gpt2_dir, attn_implementation="eager").eval()
     attn = model.transformer.h[0].attn
     with torch.no_grad():
         attn.sentinel_gate_logits.copy_(torch.tensor([3.0, -1.0, 0.5, 8.0]))
@@ -44,7 +44,7 @@ def test_gate_scales_each_head_before_c_proj(gpt2_dir):
 
 
 def test_l1_pressure_is_added_and_reported(gpt2_dir):
-    model = GatedGPT2LMHeadModel.from_pretrained(gpt2_dir, gate_l1=0.01).eval()
+    model = GPT2SentinelLMHeadModel.from_pretrained(gpt2_dir, gate_l1=0.01).eval()
     batch = lm_batch()
     out = model(**batch, labels=lm_labels(batch))
     total_heads = TINY_GPT2["n_layer"] * TINY_GPT2["n_head"]
@@ -57,7 +57,7 @@ def test_l1_pressure_is_added_and_reported(gpt2_dir):
 
 def test_pruned_model_equals_gated_model_with_those_gates_at_zero(gpt2_dir, tmp_path):
     torch.manual_seed(0)
-    model = GatedGPT2LMHeadModel.from_pretrained(gpt2_dir, identity_init=False).eval()
+    model = GPT2SentinelLMHeadModel.from_pretrained(gpt2_dir, identity_init=False).eval()
     heads = {0: [1, 3], 2: [0], 3: [0, 1, 2, 3]}
     batch = lm_batch()
     with torch.no_grad():
@@ -73,7 +73,7 @@ def test_pruned_model_equals_gated_model_with_those_gates_at_zero(gpt2_dir, tmp_
     assert model.transformer.h[0].attn.head_ids.tolist() == [0, 2]
     assert model.config.pruned_heads == {0: [1, 3], 2: [0], 3: [0, 1, 2, 3]}
     model.save_pretrained(tmp_path / "pruned")
-    reloaded = GatedGPT2LMHeadModel.from_pretrained(tmp_path / "pruned").eval()
+    reloaded = GPT2SentinelLMHeadModel.from_pretrained(tmp_path / "pruned").eval()
     assert reloaded.transformer.h[2].attn.c_attn.weight.shape == (32, 3 * 24)
     assert reloaded.transformer.h[2].attn.head_ids.tolist() == [1, 2, 3]
     with torch.no_grad():
@@ -81,7 +81,7 @@ def test_pruned_model_equals_gated_model_with_those_gates_at_zero(gpt2_dir, tmp_
 
 
 def test_pruning_twice_uses_original_head_indices(gpt2_dir):
-    model = GatedGPT2LMHeadModel.from_pretrained(gpt2_dir).eval()
+    model = GPT2SentinelLMHeadModel.from_pretrained(gpt2_dir).eval()
     model.prune_heads({1: [0]})
     model.prune_heads({1: [2]})
     assert model.transformer.h[1].attn.head_ids.tolist() == [1, 3]
@@ -101,7 +101,7 @@ def greedy_without_cache(model, prompt, steps):
 
 def test_generate_with_cache_matches_recomputation_after_pruning(gpt2_dir):
     torch.manual_seed(0)
-    model = GatedGPT2LMHeadModel.from_pretrained(gpt2_dir, identity_init=False, unet_skips=True).eval()
+    model = GPT2SentinelLMHeadModel.from_pretrained(gpt2_dir, identity_init=False, unet_skips=True).eval()
     with torch.no_grad():
         for block in model.transformer.h:
             if block.unet_fuse is not None:
@@ -114,7 +114,7 @@ def test_generate_with_cache_matches_recomputation_after_pruning(gpt2_dir):
 
 def test_identity_generation_equals_stock(gpt2_dir):
     stock = GPT2LMHeadModel.from_pretrained(gpt2_dir).eval()
-    model = GatedGPT2LMHeadModel.from_pretrained(gpt2_dir).eval()
+    model = GPT2SentinelLMHeadModel.from_pretrained(gpt2_dir).eval()
     prompt = lm_batch(lengths=(6,))["input_ids"]
     kwargs = dict(max_new_tokens=10, do_sample=False, pad_token_id=0)
     torch.testing.assert_close(model.generate(prompt, **kwargs), stock.generate(prompt, **kwargs))
@@ -129,7 +129,7 @@ def test_unet_skips_pair_mirror_layers_scaled_by_depth(tmp_path, layers, fused, 
     unet_skip_scale * (L - i) / floor(L/2): checked against a manual forward, for even and odd L. Every fusion joins
     two different states (even L used to pair the first decoder layer's input with itself)."""
     build_stock_gpt2(str(tmp_path / "gpt2"), n_layer=layers)
-    model = GatedGPT2LMHeadModel.from_pretrained(str(tmp_path / "gpt2"), unet_skips=True, unet_skip_scale=0.5)
+    model = GPT2SentinelLMHeadModel.from_pretrained(str(tmp_path / "gpt2"), unet_skips=True, unet_skip_scale=0.5)
     model.eval()
     blocks = model.transformer.h
     assert [b.unet_fuse is not None for b in blocks] == fused
@@ -154,7 +154,7 @@ def test_unet_skips_pair_mirror_layers_scaled_by_depth(tmp_path, layers, fused, 
 
 
 def test_entropy_measurement_matches_manual_softmax(gpt2_dir):
-    model = GatedGPT2LMHeadModel.from_pretrained(gpt2_dir).eval()
+    model = GPT2SentinelLMHeadModel.from_pretrained(gpt2_dir).eval()
     attn = model.transformer.h[1].attn
     attn.measure_entropy = True
     batch = lm_batch(lengths=(8, 8))
@@ -173,7 +173,7 @@ def test_entropy_measurement_matches_manual_softmax(gpt2_dir):
 
 
 def test_gate_values_reach_mechanism_stats_by_original_head(gpt2_dir):
-    model = GatedGPT2LMHeadModel.from_pretrained(gpt2_dir)
+    model = GPT2SentinelLMHeadModel.from_pretrained(gpt2_dir)
     model.prune_heads({1: [0]})
     model.transformer.h[1].attn.sentinel_head_mask[1] = 0.0  # original head 2
     stats = model.mechanism_stats(split="train")
@@ -188,7 +188,7 @@ def test_gate_values_reach_mechanism_stats_by_original_head(gpt2_dir):
 
 
 def test_prune_masked_heads_removes_what_the_controller_switched_off(gpt2_dir):
-    model = GatedGPT2LMHeadModel.from_pretrained(gpt2_dir, identity_init=False).eval()
+    model = GPT2SentinelLMHeadModel.from_pretrained(gpt2_dir, identity_init=False).eval()
     batch = lm_batch()
     model.transformer.h[0].attn.sentinel_head_mask[[0, 2]] = 0.0
     model.transformer.h[3].attn.sentinel_head_mask[1] = 0.0
@@ -208,7 +208,7 @@ def test_cli_converts_stock_gpt2_as_a_causal_lm(gpt2_dir, tmp_path):
         main(["convert", gpt2_dir, str(tmp_path / "out"), "--mechanism", "sentinel", "--set", "unet_skips=true"]) == 0
     )
     loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "out").eval()
-    assert type(loaded) is GatedGPT2LMHeadModel and loaded.config.unet_skips
+    assert type(loaded) is GPT2SentinelLMHeadModel and loaded.config.unet_skips
     # converted with U-Net skips and saved, then loaded, nothing overwritten: still stock GPT-2
     stock = GPT2LMHeadModel.from_pretrained(gpt2_dir).eval()
     batch = lm_batch()
@@ -216,3 +216,46 @@ def test_cli_converts_stock_gpt2_as_a_causal_lm(gpt2_dir, tmp_path):
         torch.testing.assert_close(loaded(**batch).logits, stock(**batch).logits)
     card = (tmp_path / "out" / "README.md").read_text()
     assert 'pipeline_tag: "text-generation"' in card
+
+
+def test_model_saved_before_the_rename_loads_in_process(gpt2_dir, tmp_path):
+    """A folder saved when the mechanism was `gated_gpt2` loads through the Auto classes with the package imported
+    and no remote code, computes what it computed, and is saved again under the current model type. The folder is
+    the current save with the three config fields the old code wrote differently (model_type, architectures,
+    auto_map; checked against a folder that code saved: the weights' names and shapes are the same). The old class
+    names are the current classes."""
+    import json
+
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from interlayer import GatedGPT2Config, GatedGPT2LMHeadModel, GatedGPT2Model, GPT2SentinelConfig, GPT2SentinelModel
+
+    assert (GatedGPT2Config, GatedGPT2Model, GatedGPT2LMHeadModel) == (
+        GPT2SentinelConfig,
+        GPT2SentinelModel,
+        GPT2SentinelLMHeadModel,
+    )
+    model = GPT2SentinelLMHeadModel.from_pretrained(gpt2_dir, unet_skips=True, identity_init=False).eval()
+    model.prune_heads({1: [0, 2]})
+    old = tmp_path / "old"
+    model.save_pretrained(old)
+    config = json.loads((old / "config.json").read_text())
+    config["model_type"] = "gated_gpt2"
+    config["architectures"] = ["GatedGPT2LMHeadModel"]
+    config["auto_map"] = {
+        "AutoConfig": "configuration_gated_gpt2.GatedGPT2Config",
+        "AutoModel": "modeling_gated_gpt2.GatedGPT2Model",
+        "AutoModelForCausalLM": "modeling_gated_gpt2.GatedGPT2LMHeadModel",
+    }
+    (old / "config.json").write_text(json.dumps(config))
+    assert type(AutoConfig.from_pretrained(old)) is GPT2SentinelConfig
+    loaded = AutoModelForCausalLM.from_pretrained(old).eval()
+    assert type(loaded) is GPT2SentinelLMHeadModel and loaded.config.pruned_heads == {1: [0, 2]}
+    batch = lm_batch()
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(**batch).logits, model(**batch).logits)
+        torch.testing.assert_close(
+            GatedGPT2LMHeadModel.from_pretrained(old).eval()(**batch).logits, model(**batch).logits
+        )
+    loaded.save_pretrained(tmp_path / "again")
+    assert json.loads((tmp_path / "again" / "config.json").read_text())["model_type"] == "gpt2_sentinel"

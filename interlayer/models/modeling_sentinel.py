@@ -1,0 +1,1122 @@
+"""Sentinel gates (seed 001): a learnable gate per attention head, L1 pressure on the gates, structural head
+pruning, and U-Net skips from the first half of a decoder's layers to the second; on GPT-2 and on the Llama family
+(Llama, Qwen2, Qwen3: grouped-query attention).
+
+Every stock weight keeps its stock name and layout, so a stock checkpoint loads with nothing missing. The gate of
+query head h scales that head's attention output before the output projection:
+`o_proj(concat_h g_h * softmax(q_h k_{kv(h)}^T / sqrt(d)) v_{kv(h)})` (seed section 2.1). With `identity_init=True`
+every gate is exactly 1 at conversion and the model is the stock model. The mechanism's own tensors are named
+`sentinel_*` (gates, head mask) and `unet_*` (skip fusions).
+
+The mechanism is written once against the roles a family's attention plays (`SentinelRoles`: which module carries
+the gates, which projections hold the heads' weights and how); a family is a short declaration of those roles plus
+its attention forward, which calls `SentinelGates.attend` where the stock forward calls the attention function.
+
+Reading order: the roles and the weight surgery, the gates, the U-Net skips, each family's attention and layer,
+the pre-trained mixin (statistics, pruning), the models and LM heads.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+from transformers import initialization as init
+from transformers.cache_utils import Cache, DynamicCache
+from transformers.generation import GenerationMixin
+from transformers.loss.loss_utils import ForSequenceClassificationLoss
+from transformers.masking_utils import create_causal_mask
+from transformers.modeling_outputs import BaseModelOutputWithPast, ModelOutput
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.models.bert.modeling_bert import (
+    BertEmbeddings,
+    BertEncoder,
+    BertLayer,
+    BertModel,
+    BertPooler,
+    BertPreTrainedModel,
+    BertSelfAttention,
+)
+from transformers.models.bert.modeling_bert import eager_attention_forward as bert_eager_attention_forward
+from transformers.models.gpt2.modeling_gpt2 import (
+    GPT2Attention,
+    GPT2Block,
+    GPT2Model,
+    GPT2PreTrainedModel,
+)
+from transformers.models.gpt2.modeling_gpt2 import eager_attention_forward as gpt2_eager_attention_forward
+from transformers.models.llama.modeling_llama import (
+    LlamaAttention,
+    LlamaDecoderLayer,
+    LlamaForCausalLM,
+    LlamaModel,
+    apply_rotary_pos_emb,
+)
+from transformers.models.llama.modeling_llama import eager_attention_forward as llama_eager_attention_forward
+from transformers.models.qwen2.modeling_qwen2 import (
+    Qwen2Attention,
+    Qwen2DecoderLayer,
+    Qwen2ForCausalLM,
+    Qwen2Model,
+)
+from transformers.models.qwen3.modeling_qwen3 import (
+    Qwen3Attention,
+    Qwen3DecoderLayer,
+    Qwen3ForCausalLM,
+    Qwen3Model,
+)
+from transformers.models.roberta.modeling_roberta import (
+    RobertaClassificationHead,
+    RobertaEmbeddings,
+    RobertaEncoder,
+    RobertaLayer,
+    RobertaModel,
+    RobertaPooler,
+    RobertaPreTrainedModel,
+    RobertaSelfAttention,
+)
+from transformers.pytorch_utils import Conv1D
+from transformers.utils.generic import can_return_tuple
+
+from .configuration_sentinel import (
+    BertSentinelConfig,
+    GatedGPT2Config,
+    GPT2SentinelConfig,
+    LlamaSentinelConfig,
+    Qwen2SentinelConfig,
+    Qwen3SentinelConfig,
+    RobertaSentinelConfig,
+)
+from .decoder_common import LLAMA, QWEN2, QWEN3, CausalLMMixin, DecoderStackMixin
+from .zoo_common import ZooModelMixin, register_for_auto_classes
+
+
+@dataclass(frozen=True)
+class SentinelRoles:
+    """Where a family's layer keeps what the mechanism acts on, as module paths inside one layer (block).
+
+    Attributes:
+        attention: the module that carries the gates (a `SentinelGates`) and computes the heads' outputs.
+        qkv: the projections whose output features are grouped by head: one fused module whose outputs are
+            `[query heads | key heads | value heads]` (GPT-2's `c_attn`), or the query, key and value modules.
+        out: the output projection, whose input features are grouped by query head.
+    """
+
+    attention: str
+    qkv: tuple[str, ...]
+    out: str
+
+
+def _head_features(heads: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """The feature indices of the given head positions in a projection grouped by head."""
+    return (heads[:, None] * head_dim + torch.arange(head_dim, device=heads.device)).flatten()
+
+
+def _feature_dims(module: nn.Module) -> tuple[int, int]:
+    """(output-feature dim, input-feature dim) of a projection's weight: `nn.Linear` (out, in), `Conv1D` (in, out)."""
+    if isinstance(module, Conv1D):
+        return 1, 0
+    if isinstance(module, nn.Linear):
+        return 0, 1
+    raise TypeError(f"sentinel pruning handles nn.Linear and Conv1D projections, got {type(module).__name__}")
+
+
+@torch.no_grad()
+def select_features(module: nn.Module, index: torch.Tensor, side: str) -> nn.Module:
+    """A copy of a projection keeping only the output (`side="out"`) or input (`side="in"`) features `index`: the
+    same class, dtype and device, the kept weights copied (the bias follows the output features)."""
+    out_dim, in_dim = _feature_dims(module)
+    dim = out_dim if side == "out" else in_dim
+    new = copy.copy(module)
+    new._parameters = dict(module._parameters)
+    new.weight = nn.Parameter(module.weight.index_select(dim, index).clone(), module.weight.requires_grad)
+    if side == "out" and module.bias is not None:
+        new.bias = nn.Parameter(module.bias.index_select(0, index).clone(), module.bias.requires_grad)
+    size = len(index)
+    if isinstance(module, Conv1D):
+        new.nf = size if side == "out" else module.nf
+        new.nx = size if side == "in" else module.nx
+    else:
+        new.out_features = size if side == "out" else module.out_features
+        new.in_features = size if side == "in" else module.in_features
+    return new
+
+
+def _replace(root: nn.Module, path: str, module: nn.Module) -> None:
+    parent, _, name = path.rpartition(".")
+    setattr(root.get_submodule(parent) if parent else root, name, module)
+
+
+class SentinelGates:
+    """The gates of one attention module (mixed into a family's attention class, before the stock class).
+
+    `sentinel_gate_logits` holds one logit per remaining query head; `sentinel_head_mask` (0/1, saved with the
+    model) switches heads off without removing them (the controller's "masked" state). `head_ids` are the original
+    indices of the remaining query heads, `kv_head_ids` those of the remaining key/value heads. While every
+    remaining group of query heads has the same size the stock grouped attention runs; once pruning leaves groups of
+    different sizes, each query head gets its own copy of its group's key and value (`kv_for_head`), after the
+    cache, so the cache keeps only the remaining key/value heads.
+    """
+
+    def setup_sentinel(self, config, layer_idx: int) -> None:
+        heads, kv_heads = config.heads_in_layer(layer_idx), config.kv_heads_in_layer(layer_idx)
+        self.sentinel_group = config.num_attention_heads // config.num_kv_heads
+        self.register_buffer("head_ids", torch.tensor(heads, dtype=torch.long), persistent=False)
+        self.register_buffer("kv_head_ids", torch.tensor(kv_heads, dtype=torch.long), persistent=False)
+        self.register_buffer("kv_for_head", torch.zeros(len(heads), dtype=torch.long), persistent=False)
+        self.sentinel_gate_logits = nn.Parameter(torch.empty(len(heads)))
+        self.register_buffer("sentinel_head_mask", torch.ones(len(heads)))
+        self.gate_scale = 1.0 / (1.0 + math.exp(-config.sentinel_gate_init)) if config.identity_init else 1.0
+        self.measure_entropy = False
+        self.last_entropy: torch.Tensor | None = None
+        self.last_entropy_tokens: torch.Tensor | None = None
+        self._set_head_counts(heads, kv_heads)
+
+    def _set_head_counts(self, heads: list[int], kv_heads: list[int]) -> None:
+        """Head counts and the grouping after construction or pruning; `kv_for_head` is filled by `_init_weights`
+        (construction) or `resize_heads` (pruning)."""
+        self.num_heads, self.num_kv_heads = len(heads), len(kv_heads)
+        sizes = [sum(h // self.sentinel_group == kv for h in heads) for kv in kv_heads]
+        self.uniform_groups = len(set(sizes)) <= 1
+        self.num_key_value_groups = sizes[0] if self.uniform_groups and sizes else 1
+
+    def kv_positions(self) -> torch.Tensor:
+        """For each remaining query head, the position of its key/value head among the remaining ones."""
+        return torch.searchsorted(self.kv_head_ids, self.head_ids // self.sentinel_group)
+
+    def learned_gates(self) -> torch.Tensor:
+        """sigmoid(logit_h) (divided by its initial value under identity_init): the gate without the head mask."""
+        return torch.sigmoid(self.sentinel_gate_logits) / self.gate_scale
+
+    def gates(self) -> torch.Tensor:
+        """g_h = the learned gate times the head mask (0 for a masked head)."""
+        return self.learned_gates() * self.sentinel_head_mask
+
+    def no_heads(self, out_projection: nn.Module, hidden_states: torch.Tensor, past_key_values) -> torch.Tensor:
+        """The attention output of a layer whose every head is pruned: the output projection of nothing, its bias
+        (or zeros); the cache still advances, with no heads."""
+        batch, seq = hidden_states.shape[:2]
+        if past_key_values is not None:
+            empty = hidden_states.new_zeros(batch, 0, seq, self.head_dim)
+            past_key_values.update(empty, empty, self.layer_idx)
+        if out_projection.bias is None:
+            return torch.zeros_like(hidden_states)
+        return out_projection.bias.expand(batch, seq, -1)
+
+    def attend(self, query, key, value, attention_mask, eager_fallback, **kwargs):
+        """The stock attention function on (batch, heads, seq, head_dim) states, then the gates: returns the heads'
+        outputs `(batch, seq, heads, head_dim)` scaled by their gates, and the attention weights."""
+        if not self.uniform_groups:
+            key, value = key.index_select(1, self.kv_for_head), value.index_select(1, self.kv_for_head)
+        attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_fallback)
+        attn_output, attn_weights = attention_interface(self, query, key, value, attention_mask, **kwargs)
+        if self.measure_entropy:
+            self.last_entropy = self._entropy(query, key, attention_mask, kwargs.get("scaling", self.scaling))
+        # seed section 2.1: head h's output scaled by its gate before the output projection
+        return attn_output * self.gates().view(1, 1, -1, 1).to(attn_output.dtype), attn_weights
+
+    @torch.no_grad()
+    def _entropy(self, query, key, attention_mask, scaling) -> torch.Tensor:
+        """Mean attention entropy per query head (nats) over the real query tokens, for the controller; computed
+        only when asked for. Masked key positions get no probability; query positions that are padding are left out
+        of the mean. A query is padding when the mask hides its own key position (causal attention always allows it
+        for a real token), which holds for right and left padding and with a cache. The number of real queries is
+        kept in `last_entropy_tokens` for averaging over batches."""
+        key = key.repeat_interleave(query.shape[1] // key.shape[1], dim=1)
+        scores = query @ key.transpose(-1, -2) * scaling
+        q_len, k_len = scores.shape[-2:]
+        if attention_mask is None:
+            allowed = torch.ones(q_len, k_len, dtype=torch.bool, device=scores.device)[None, None]
+            allowed = allowed.tril(k_len - q_len) if self.is_causal else allowed
+        elif attention_mask.dtype == torch.bool:
+            allowed = attention_mask
+        else:
+            allowed = attention_mask == 0
+        scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
+        probs = scores.softmax(-1)
+        entropy = -(probs * probs.clamp(min=1e-12).log()).sum(-1)  # (batch, heads, queries)
+        real = allowed.diagonal(k_len - q_len, dim1=-2, dim2=-1).to(entropy.dtype)  # (batch or 1, 1, queries)
+        real = real.expand(entropy.shape[0], 1, q_len)
+        tokens = real.sum()
+        self.last_entropy_tokens = tokens
+        return (entropy * real).sum(dim=(0, 2)) / tokens.clamp(min=1)
+
+    @torch.no_grad()
+    def resize_heads(self, keep: torch.Tensor, kv_heads: list[int]) -> None:
+        """Keep the query heads at positions `keep` and the key/value heads `kv_heads` (original indices): the
+        gates, masks and bookkeeping (the projections are cut by the model's `prune_heads`)."""
+        self.sentinel_gate_logits = nn.Parameter(self.sentinel_gate_logits[keep].clone())
+        self.sentinel_head_mask = self.sentinel_head_mask[keep].clone()
+        self.head_ids = self.head_ids[keep].clone()
+        self.kv_head_ids = torch.tensor(kv_heads, dtype=torch.long, device=self.head_ids.device)
+        self.kv_for_head = self.kv_positions()
+        self._set_head_counts(self.head_ids.tolist(), kv_heads)
+
+
+class GPT2SentinelAttention(SentinelGates, GPT2Attention):
+    """GPT-2 self-attention with one sentinel gate per head, and only the heads the config has not pruned."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, is_cross_attention=False, layer_idx=layer_idx)
+        self.setup_sentinel(config, layer_idx)
+        if self.num_heads != config.num_attention_heads:
+            self.split_size = self.num_heads * self.head_dim
+            self.c_attn = Conv1D(3 * self.split_size, self.embed_dim)
+            self.c_proj = Conv1D(self.embed_dim, self.split_size)
+
+    def resize_heads(self, keep, kv_heads) -> None:
+        super().resize_heads(keep, kv_heads)
+        self.split_size = self.num_heads * self.head_dim
+
+    def forward(self, hidden_states, past_key_values: Cache | None = None, attention_mask=None, **kwargs):
+        batch, seq = hidden_states.shape[:2]
+        if self.num_heads == 0:
+            return self.resid_dropout(self.no_heads(self.c_proj, hidden_states, past_key_values)), None
+        query, key, value = self.c_attn(hidden_states).split(self.split_size, dim=2)
+        shape = (batch, seq, self.num_heads, self.head_dim)
+        query, key, value = (t.view(shape).transpose(1, 2) for t in (query, key, value))
+        if past_key_values is not None:
+            key, value = past_key_values.update(key, value, self.layer_idx)
+        attn_output, attn_weights = self.attend(
+            query,
+            key,
+            value,
+            attention_mask,
+            gpt2_eager_attention_forward,
+            dropout=self.attn_dropout.p if self.training else 0.0,
+            scaling=self.scaling,
+            **kwargs,
+        )
+        attn_output = self.c_proj(attn_output.reshape(batch, seq, -1))
+        return self.resid_dropout(attn_output), attn_weights
+
+
+class DecoderSentinelAttention(SentinelGates):
+    """The Llama family's attention (Llama, Qwen2, Qwen3) with one sentinel gate per query head: the stock forward, with
+    `attend` in place of the attention function. Qwen3's per-head query/key norms and sliding windows are used when
+    the stock class has them."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx)
+        self.setup_sentinel(config, layer_idx)
+        if self.num_heads != config.num_attention_heads:  # the stock layout's biases, at the pruned sizes
+            q, kv = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+            self.q_proj = nn.Linear(config.hidden_size, q, bias=self.q_proj.bias is not None)
+            self.k_proj = nn.Linear(config.hidden_size, kv, bias=self.k_proj.bias is not None)
+            self.v_proj = nn.Linear(config.hidden_size, kv, bias=self.v_proj.bias is not None)
+            self.o_proj = nn.Linear(q, config.hidden_size, bias=self.o_proj.bias is not None)
+
+    def forward(self, hidden_states, position_embeddings=None, attention_mask=None, past_key_values=None, **kwargs):
+        if self.num_heads == 0:
+            return self.no_heads(self.o_proj, hidden_states, past_key_values), None
+        input_shape = hidden_states.shape[:-1]
+        hidden_shape = (*input_shape, -1, self.head_dim)
+        query_states = self.q_proj(hidden_states).view(hidden_shape)
+        key_states = self.k_proj(hidden_states).view(hidden_shape)
+        if hasattr(self, "q_norm"):
+            query_states, key_states = self.q_norm(query_states), self.k_norm(key_states)
+        query_states, key_states = query_states.transpose(1, 2), key_states.transpose(1, 2)
+        value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        cos, sin = position_embeddings
+        query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
+        if past_key_values is not None:
+            key_states, value_states = past_key_values.update(key_states, value_states, self.layer_idx)
+        if getattr(self, "sliding_window", None) is not None:
+            kwargs["sliding_window"] = self.sliding_window
+        attn_output, attn_weights = self.attend(
+            query_states,
+            key_states,
+            value_states,
+            attention_mask,
+            llama_eager_attention_forward,
+            dropout=0.0 if not self.training else self.attention_dropout,
+            scaling=self.scaling,
+            **kwargs,
+        )
+        attn_output = attn_output.reshape(*input_shape, -1).contiguous()
+        return self.o_proj(attn_output), attn_weights
+
+
+class LlamaSentinelAttention(DecoderSentinelAttention, LlamaAttention):
+    pass
+
+
+class Qwen2SentinelAttention(DecoderSentinelAttention, Qwen2Attention):
+    pass
+
+
+class Qwen3SentinelAttention(DecoderSentinelAttention, Qwen3Attention):
+    pass
+
+
+class EncoderSentinelSelfAttention(SentinelGates):
+    """The BERT family's self-attention (BERT, RoBERTa) with one sentinel gate per head: the stock forward, with
+    `attend` in place of the attention function. Its output projection is the sibling `attention.output.dense`."""
+
+    def __init__(self, config, is_causal=False, layer_idx=None):
+        super().__init__(config, is_causal=is_causal, layer_idx=layer_idx)
+        self.head_dim = self.attention_head_size
+        self.setup_sentinel(config, layer_idx)
+        if self.num_heads != config.num_attention_heads:
+            self.query, self.key, self.value = (
+                nn.Linear(config.hidden_size, self.num_heads * self.head_dim) for _ in range(3)
+            )
+
+    def forward(self, hidden_states, attention_mask=None, past_key_values=None, **kwargs):
+        input_shape = hidden_states.shape[:-1]
+        if self.num_heads == 0:  # the output projection (with no inputs) then adds only its bias
+            return hidden_states.new_zeros(*input_shape, 0), None
+        hidden_shape = (*input_shape, -1, self.head_dim)
+        query, key, value = (
+            m(hidden_states).view(hidden_shape).transpose(1, 2) for m in (self.query, self.key, self.value)
+        )
+        attn_output, attn_weights = self.attend(
+            query,
+            key,
+            value,
+            attention_mask,
+            bert_eager_attention_forward,
+            dropout=0.0 if not self.training else self.dropout.p,
+            scaling=self.scaling,
+            **kwargs,
+        )
+        return attn_output.reshape(*input_shape, -1).contiguous(), attn_weights
+
+
+class BertSentinelSelfAttention(EncoderSentinelSelfAttention, BertSelfAttention):
+    pass
+
+
+class RobertaSentinelSelfAttention(EncoderSentinelSelfAttention, RobertaSelfAttention):
+    pass
+
+
+class UNetSkipFusion(nn.Linear):
+    """The U-Net skip fusion `Linear([h_dec; h_enc]) -> d` (seed section 2.2), zero at initialisation.
+
+    Its own class, so that `_init_weights` finds it: transformers' init walks every module, but skips a module
+    without parameters of its own (the block) in custom code, so an init written for the block never ran."""
+
+    def __init__(self, hidden_size: int):
+        super().__init__(2 * hidden_size, hidden_size)
+
+
+def unet_skip_source(config, layer_idx: int) -> int | None:
+    """The encoder layer whose output layer `layer_idx` fuses, or None (seed section 2.2).
+
+    The seed pairs encoder layer j with decoder layer L-1-j (0-based; its "encoder layer i to decoder layer N-i+1")
+    for the floor(L/2) outermost pairs: decoder layers i >= L - floor(L/2) take the output of layer L-1-i. With odd
+    L the middle layer has no skip. The fusion acts on the decoder layer's output, so every pair joins two
+    different states; with even L the first decoder layer L/2 joins its output with its input (a skip around one
+    block), never a state with itself."""
+    num_layers = config.num_hidden_layers
+    if not config.unet_skips or layer_idx < num_layers - num_layers // 2:
+        return None
+    return num_layers - 1 - layer_idx
+
+
+def unet_skip_scale(config, layer_idx: int) -> float:
+    """Depth-scaled factor of a skip: `unet_skip_scale * (L - i) / floor(L/2)` for decoder layer i. The first
+    decoder layer gets `unet_skip_scale`, each deeper one a step less, the last `unet_skip_scale / floor(L/2)`:
+    the seed's "scaling factors that vary by layer depth ... later layers receive more conservative skip
+    connection contributions" (its copies used 0.01 to 0.1; 0.1 on 12 layers gives 0.1 down to 0.017)."""
+    num_layers = config.num_hidden_layers
+    return float(config.unet_skip_scale) * (num_layers - layer_idx) / (num_layers // 2)
+
+
+class UNetSkipMixin:
+    """A layer that may own a U-Net skip fusion on its output (seed section 2.2), for the model's loop to feed."""
+
+    def setup_unet(self, config, layer_idx: int) -> None:
+        self.unet_source = unet_skip_source(config, layer_idx)
+        self.unet_fuse = None
+        if self.unet_source is not None:
+            self.unet_fuse = UNetSkipFusion(config.hidden_size)
+            self.unet_scale = unet_skip_scale(config, layer_idx)
+
+    def apply_unet(self, hidden_states: torch.Tensor, skip: torch.Tensor | None) -> torch.Tensor:
+        if self.unet_fuse is None:
+            return hidden_states
+        # seed section 2.2: h'_dec = h_dec + s_i * Linear([h_dec; h_enc]); the fusion starts at zero
+        return hidden_states + self.unet_scale * self.unet_fuse(torch.cat([hidden_states, skip], dim=-1))
+
+
+class GPT2SentinelBlock(UNetSkipMixin, GPT2Block):
+    """A stock GPT-2 block whose attention is gated; decoder-half blocks own a U-Net skip fusion on their output."""
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx=layer_idx)
+        self.attn = GPT2SentinelAttention(config, layer_idx)
+        self.setup_unet(config, layer_idx)
+
+    def forward(self, hidden_states, past_key_values=None, attention_mask=None, skip=None, **kwargs):
+        return self.apply_unet(super().forward(hidden_states, past_key_values, attention_mask, **kwargs), skip)
+
+
+class DecoderSentinelLayerMixin(UNetSkipMixin):
+    """A stock Llama-family decoder layer with gated attention and, in the decoder half, a U-Net skip fusion."""
+
+    attention_class: type
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx)
+        self.self_attn = self.attention_class(config, layer_idx)
+        self.setup_unet(config, layer_idx)
+
+    def forward(self, hidden_states, skip=None, **kwargs):
+        return self.apply_unet(super().forward(hidden_states, **kwargs), skip)
+
+
+class LlamaSentinelDecoderLayer(DecoderSentinelLayerMixin, LlamaDecoderLayer):
+    attention_class = LlamaSentinelAttention
+
+
+class Qwen2SentinelDecoderLayer(DecoderSentinelLayerMixin, Qwen2DecoderLayer):
+    attention_class = Qwen2SentinelAttention
+
+
+class Qwen3SentinelDecoderLayer(DecoderSentinelLayerMixin, Qwen3DecoderLayer):
+    attention_class = Qwen3SentinelAttention
+
+
+class EncoderSentinelLayerMixin:
+    """A stock BERT-family layer whose self-attention is gated (and, once pruned, its output projection smaller)."""
+
+    attention_class: type
+
+    def __init__(self, config, layer_idx=None):
+        super().__init__(config, layer_idx=layer_idx)
+        self.attention.self = self.attention_class(config, is_causal=False, layer_idx=layer_idx)
+        heads = self.attention.self.num_heads
+        if heads != config.num_attention_heads:
+            self.attention.output.dense = nn.Linear(heads * self.attention.self.head_dim, config.hidden_size)
+
+
+class BertSentinelLayer(EncoderSentinelLayerMixin, BertLayer):
+    attention_class = BertSentinelSelfAttention
+
+
+class RobertaSentinelLayer(EncoderSentinelLayerMixin, RobertaLayer):
+    attention_class = RobertaSentinelSelfAttention
+
+
+@dataclass
+class SentinelSequenceClassifierOutput(ModelOutput):
+    """Sequence-classification output; `loss` is `task_loss + gate_l1_loss` when labels are given."""
+
+    loss: torch.FloatTensor | None = None
+    logits: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
+    task_loss: torch.FloatTensor | None = None
+    gate_l1_loss: torch.FloatTensor | None = None
+
+
+@dataclass
+class SentinelCausalLMOutput(ModelOutput):
+    """Causal-LM output; `loss` is `lm_loss + gate_l1_loss` when labels are given."""
+
+    loss: torch.FloatTensor | None = None
+    logits: torch.FloatTensor | None = None
+    past_key_values: Cache | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    lm_loss: torch.FloatTensor | None = None
+    gate_l1_loss: torch.FloatTensor | None = None
+
+
+class SentinelPreTrainedMixin(ZooModelMixin):
+    """Init, statistics and pruning shared by every sentinel model (put before the stock pre-trained class). A
+    family declares `sentinel_roles` and `sentinel_layer_path` (where the base model keeps its layers)."""
+
+    mechanism_name = "Sentinel gates"
+    mechanism_param_markers = ("sentinel_", "unet_")
+    sentinel_roles: SentinelRoles
+    sentinel_layer_path: str
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if isinstance(module, SentinelGates):
+            heads = self.config.heads_in_layer(module.layer_idx)
+            kv_heads = self.config.kv_heads_in_layer(module.layer_idx)
+            init.constant_(module.sentinel_gate_logits, float(self.config.sentinel_gate_init))
+            init.ones_(module.sentinel_head_mask)
+            init.copy_(module.head_ids, torch.tensor(heads))
+            init.copy_(module.kv_head_ids, torch.tensor(kv_heads))
+            group = module.sentinel_group
+            init.copy_(module.kv_for_head, torch.tensor([kv_heads.index(h // group) for h in heads], dtype=torch.long))
+        elif isinstance(module, UNetSkipFusion):
+            # after the generic nn.Linear init above: the fusion starts at zero, so skips leave the stock model as is
+            init.zeros_(module.weight)
+            init.zeros_(module.bias)
+
+    @property
+    def sentinel_layers(self) -> list[nn.Module]:
+        return list(self.base_model.get_submodule(self.sentinel_layer_path))
+
+    @property
+    def gated_attentions(self) -> list[SentinelGates]:
+        return [layer.get_submodule(self.sentinel_roles.attention) for layer in self.sentinel_layers]
+
+    def gate_values(self) -> list[torch.Tensor]:
+        """Current gate of every remaining head, one tensor per layer (layers may have different head counts)."""
+        return [attn.gates().detach() for attn in self.gated_attentions]
+
+    def gate_l1(self) -> torch.Tensor:
+        """The seed's L1 pressure: the sum of all gate values (section 4.1)."""
+        return sum(attn.gates().sum() for attn in self.gated_attentions if attn.num_heads)
+
+    @torch.no_grad()
+    def head_weight_norms(self) -> list[torch.Tensor]:
+        """Norm of each remaining query head's own weights, one tensor per layer: its query rows, the key and value
+        rows of its key/value head (shared within a group) and its input columns of the output projection."""
+        roles, out = self.sentinel_roles, []
+        for layer in self.sentinel_layers:
+            attn = layer.get_submodule(roles.attention)
+            d, nq, nkv = attn.head_dim, attn.num_heads, attn.num_kv_heads
+            weights = []
+            for path in roles.qkv:
+                module = layer.get_submodule(path)
+                out_dim, _ = _feature_dims(module)
+                weights.append(module.weight.movedim(out_dim, 0).float())
+            rows = torch.cat(weights).pow(2).sum(1)  # per output feature, [q | k | v]
+            q = rows[: nq * d].view(nq, d).sum(1)
+            k = rows[nq * d : (nq + nkv) * d].view(nkv, d).sum(1)
+            v = rows[(nq + nkv) * d :].view(nkv, d).sum(1)
+            o_module = layer.get_submodule(roles.out)
+            _, in_dim = _feature_dims(o_module)
+            o = o_module.weight.movedim(in_dim, 0).float().pow(2).sum(1).view(nq, d).sum(1)
+            kv = attn.kv_positions()
+            out.append((q + k[kv] + v[kv] + o).sqrt().cpu())
+        return out
+
+    def prune_heads(self, heads: dict[int, list[int]]) -> None:
+        """Remove query heads structurally (by original index per layer): their rows of the query projection and
+        columns of the output projection; a key/value head goes (its rows of the key and value projections) only
+        once every query head of its group is pruned. Recorded in `config.pruned_heads`, so a saved model reloads
+        with the smaller shapes. A pruned head computes exactly what a gate of zero lets through."""
+        attentions = self.gated_attentions
+        heads = {int(layer): list(layer_heads) for layer, layer_heads in heads.items()}
+        for layer, layer_heads in heads.items():  # everything checked before anything is pruned
+            if not 0 <= layer < len(attentions):
+                raise ValueError(f"prune_heads: layer {layer} does not exist; layers are 0..{len(attentions) - 1}.")
+            unknown = set(layer_heads) - set(attentions[layer].head_ids.tolist())
+            if unknown:
+                raise ValueError(
+                    f"prune_heads: layer {layer} has no heads {sorted(unknown)}; remaining heads are "
+                    f"{attentions[layer].head_ids.tolist()}."
+                )
+        roles, layers = self.sentinel_roles, self.sentinel_layers
+        for layer, layer_heads in heads.items():
+            self.config.pruned_heads[layer] = sorted(set(self.config.pruned_heads.get(layer, [])) | set(layer_heads))
+            attn, block = attentions[layer], layers[layer]
+            device = attn.head_ids.device
+            keep = torch.tensor(
+                [i for i, h in enumerate(attn.head_ids.tolist()) if h not in set(layer_heads)], dtype=torch.long
+            ).to(device)
+            kv_heads = self.config.kv_heads_in_layer(layer)
+            keep_kv = torch.tensor([attn.kv_head_ids.tolist().index(h) for h in kv_heads], dtype=torch.long)
+            q_rows = _head_features(keep, attn.head_dim)
+            kv_rows = _head_features(keep_kv.to(device), attn.head_dim)
+            if len(roles.qkv) == 1:  # fused [q | k | v]
+                q_size, kv_size = attn.num_heads * attn.head_dim, attn.num_kv_heads * attn.head_dim
+                rows = torch.cat([q_rows, kv_rows + q_size, kv_rows + q_size + kv_size])
+                _replace(block, roles.qkv[0], select_features(block.get_submodule(roles.qkv[0]), rows, "out"))
+            else:
+                for path, rows in zip(roles.qkv, (q_rows, kv_rows, kv_rows)):
+                    _replace(block, path, select_features(block.get_submodule(path), rows, "out"))
+            _replace(block, roles.out, select_features(block.get_submodule(roles.out), q_rows, "in"))
+            attn.resize_heads(keep, kv_heads)
+
+    def prune_masked_heads(self) -> dict[int, list[int]]:
+        """Structurally remove every head whose mask is 0 (switched off by the controller); returns them."""
+        masked = {
+            attn.layer_idx: [h for h, m in zip(attn.head_ids.tolist(), attn.sentinel_head_mask.tolist()) if m == 0]
+            for attn in self.gated_attentions
+        }
+        masked = {layer: heads for layer, heads in masked.items() if heads}
+        self.prune_heads(masked)
+        return masked
+
+    def mechanism_summary(self) -> str:
+        c = self.config
+        pruned = sum(len(v) for v in c.pruned_heads.values())
+        total = c.num_hidden_layers * c.num_attention_heads
+        skips = (
+            " U-Net skips fuse the output of layer L-1-i into the output of each layer i >= L - floor(L/2), scaled "
+            "by depth."
+            if c.unet_skips
+            else ""
+        )
+        return (
+            f"Sentinel-gated {c.sentinel_family} (interlayer, seed 001): a learnable gate per attention head scales "
+            f"that head's output before `{self.sentinel_roles.out.rpartition('.')[2]}`; an L1 term (weight "
+            f"{c.gate_l1}) pushes gates down. {pruned} of {total} heads are structurally pruned.{skips} Stock weight "
+            "names; the mechanism's tensors are named `sentinel_*` and `unet_*`."
+        )
+
+    def mechanism_state(self) -> dict[str, float]:
+        """Every gate by layer and original head (`sentinel/L3/gate_h5`), and head counts."""
+        out = {}
+        masked = 0
+        for attn in self.gated_attentions:
+            gates = attn.gates().detach().float().cpu().tolist()
+            for head, value in zip(attn.head_ids.tolist(), gates):
+                out[f"sentinel/L{attn.layer_idx}/gate_h{head}"] = value
+            masked += int((attn.sentinel_head_mask == 0).sum())
+        out["sentinel/heads_active"] = float(sum(a.num_heads for a in self.gated_attentions) - masked)
+        out["sentinel/heads_masked"] = float(masked)
+        out["sentinel/heads_pruned"] = float(sum(len(v) for v in self.config.pruned_heads.values()))
+        return out
+
+
+class SentinelLMHeadMixin:
+    """The causal-LM forward of every sentinel LM: the base model, the LM head, the loss plus the gates' L1 pressure."""
+
+    pipeline_tag = "text-generation"
+    # the LM loss normalises by `num_items_in_batch` itself
+    accepts_loss_kwargs = True
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        output_hidden_states: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        **kwargs,
+    ) -> SentinelCausalLMOutput:
+        loss_kwargs = {k: kwargs.pop(k) for k in ("num_items_in_batch", "ignore_index", "shift_labels") if k in kwargs}
+        outputs = self.base_model(
+            input_ids=input_ids,
+            past_key_values=past_key_values,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            output_hidden_states=output_hidden_states,
+            **kwargs,
+        )
+        hidden_states = outputs.last_hidden_state
+        keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
+        logits = self.lm_head(hidden_states[:, keep, :])
+        loss = lm_loss = l1 = None
+        if labels is not None:
+            lm_loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **loss_kwargs)
+            l1 = self.config.gate_l1 * self.gate_l1()
+            num_items = loss_kwargs.get("num_items_in_batch")
+            if num_items is not None:  # this batch's share of the L1 term, so that the shares over the devices and
+                # the accumulated micro-batches of one optimiser step add up to the term once
+                targets = loss_kwargs.get("shift_labels")
+                targets = labels[..., 1:] if targets is None else targets
+                l1 = l1 * (targets != -100).sum() / num_items
+            loss = lm_loss + l1
+        return SentinelCausalLMOutput(
+            loss=loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            hidden_states=outputs.hidden_states,
+            lm_loss=lm_loss,
+            gate_l1_loss=l1,
+        )
+
+
+class GPT2SentinelPreTrainedMixin(SentinelPreTrainedMixin):
+    config_class = GPT2SentinelConfig
+    sentinel_roles = SentinelRoles(attention="attn", qkv=("attn.c_attn",), out="attn.c_proj")
+    sentinel_layer_path = "h"
+    _no_split_modules = ["GPT2SentinelBlock"]
+
+
+class GPT2SentinelModel(GPT2SentinelPreTrainedMixin, GPT2Model):
+    """GPT-2 with sentinel-gated attention and optional U-Net skips. Stock embeddings, blocks, final norm."""
+
+    def __init__(self, config: GPT2SentinelConfig):
+        PreTrainedModel.__init__(self, config)
+        self.embed_dim = config.hidden_size
+        self.wte = nn.Embedding(config.vocab_size, self.embed_dim)
+        self.wpe = nn.Embedding(config.max_position_embeddings, self.embed_dim)
+        self.drop = nn.Dropout(config.embd_pdrop)
+        self.h = nn.ModuleList([GPT2SentinelBlock(config, layer_idx=i) for i in range(config.num_hidden_layers)])
+        self.ln_f = nn.LayerNorm(self.embed_dim, eps=config.layer_norm_epsilon)
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPast:
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
+        if kwargs.pop("output_attentions", None):
+            raise ValueError("`output_attentions=True` is not supported; gate statistics come from mechanism_stats().")
+        use_cache = self.config.use_cache if use_cache is None else use_cache
+        if self.gradient_checkpointing and self.training:
+            use_cache = False
+        if use_cache and past_key_values is None:
+            past_key_values = DynamicCache(config=self.config)
+        if inputs_embeds is None:
+            inputs_embeds = self.wte(input_ids)
+        if position_ids is None:
+            past_seen = past_key_values.get_seq_length() if past_key_values is not None else 0
+            position_ids = (torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device) + past_seen)[None]
+        hidden_states = inputs_embeds + self.wpe(position_ids)
+        causal_mask = create_causal_mask(
+            config=self.config,
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            position_ids=position_ids,
+        )
+        if token_type_ids is not None:
+            hidden_states = hidden_states + self.wte(token_type_ids)
+        hidden_states = self.drop(hidden_states)
+
+        outputs = []
+        all_hidden = (hidden_states,) if output_hidden_states else None
+        for block in self.h:
+            skip = outputs[block.unet_source] if block.unet_source is not None else None
+            hidden_states = block(
+                hidden_states,
+                past_key_values if use_cache else None,
+                causal_mask,
+                skip,
+                position_ids=position_ids,
+                **kwargs,
+            )
+            outputs.append(hidden_states)
+            if output_hidden_states:
+                all_hidden = all_hidden + (hidden_states,)
+        hidden_states = self.ln_f(hidden_states)
+        if output_hidden_states:
+            all_hidden = all_hidden[:-1] + (hidden_states,)
+        return BaseModelOutputWithPast(
+            last_hidden_state=hidden_states,
+            past_key_values=past_key_values if use_cache else None,
+            hidden_states=all_hidden,
+        )
+
+
+class GPT2SentinelLMHeadModel(SentinelLMHeadMixin, GPT2SentinelPreTrainedMixin, GPT2PreTrainedModel, GenerationMixin):
+    """Causal LM on [`GPT2SentinelModel`], weights tied like stock GPT-2; the loss adds the gates' L1 pressure."""
+
+    _tied_weights_keys = {"lm_head.weight": "transformer.wte.weight"}
+
+    def __init__(self, config: GPT2SentinelConfig):
+        PreTrainedModel.__init__(self, config)
+        self.loss_type = "ForCausalLM"
+        self.transformer = GPT2SentinelModel(config)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.post_init()
+
+
+class DecoderSentinelPreTrainedMixin(SentinelPreTrainedMixin):
+    sentinel_roles = SentinelRoles(
+        attention="self_attn", qkv=("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), out="self_attn.o_proj"
+    )
+    sentinel_layer_path = "layers"
+
+    def apply_freeze_base(self) -> None:
+        """The sentinel mechanism has no `freeze_base`: the gates train with the model."""
+
+
+class DecoderSentinelModelMixin(DecoderSentinelPreTrainedMixin, DecoderStackMixin):
+    """A Llama-family decoder with sentinel-gated attention and optional U-Net skips; stock embeddings, layers,
+    norm and rotary embedding."""
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPast:
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
+        if kwargs.pop("output_attentions", None):
+            raise ValueError("`output_attentions=True` is not supported; gate statistics come from mechanism_stats().")
+        use_cache = self.config.use_cache if use_cache is None else use_cache
+        if self.gradient_checkpointing and self.training:
+            use_cache = False
+        inputs_embeds, cache, position_ids, masks, position_embeddings = self.prepare_inputs(
+            input_ids, inputs_embeds, attention_mask, position_ids, past_key_values, use_cache, kwargs
+        )
+        hidden_states = inputs_embeds
+        outputs = []
+        all_hidden = (hidden_states,) if output_hidden_states else None
+        for layer, layer_type in zip(self.layers, self.layer_types):
+            hidden_states = layer(
+                hidden_states,
+                # positional, so that reentrant activation checkpointing passes its gradient
+                outputs[layer.unet_source] if layer.unet_source is not None else None,
+                attention_mask=masks[layer_type],
+                position_ids=position_ids,
+                past_key_values=cache,
+                use_cache=use_cache,
+                position_embeddings=position_embeddings[layer_type],
+                **kwargs,
+            )
+            outputs.append(hidden_states)
+            if output_hidden_states:
+                all_hidden = all_hidden + (hidden_states,)
+        hidden_states = self.norm(hidden_states)
+        if output_hidden_states:
+            all_hidden = all_hidden[:-1] + (hidden_states,)
+        return BaseModelOutputWithPast(
+            last_hidden_state=hidden_states,
+            past_key_values=cache if use_cache else None,
+            hidden_states=all_hidden,
+        )
+
+
+class LlamaSentinelModel(DecoderSentinelModelMixin, LlamaModel):
+    config_class = LlamaSentinelConfig
+    family = LLAMA
+    decoder_layer_class = LlamaSentinelDecoderLayer
+    _no_split_modules = ["LlamaSentinelDecoderLayer"]
+    _can_record_outputs = {}
+
+
+class LlamaSentinelForCausalLM(SentinelLMHeadMixin, DecoderSentinelPreTrainedMixin, CausalLMMixin, LlamaForCausalLM):
+    """Causal LM on [`LlamaSentinelModel`] (stock head and tying); the loss adds the gates' L1 pressure."""
+
+    config_class = LlamaSentinelConfig
+    base_class = LlamaSentinelModel
+    _no_split_modules = ["LlamaSentinelDecoderLayer"]
+
+
+class Qwen2SentinelModel(DecoderSentinelModelMixin, Qwen2Model):
+    config_class = Qwen2SentinelConfig
+    family = QWEN2
+    decoder_layer_class = Qwen2SentinelDecoderLayer
+    _no_split_modules = ["Qwen2SentinelDecoderLayer"]
+    _can_record_outputs = {}
+
+
+class Qwen2SentinelForCausalLM(SentinelLMHeadMixin, DecoderSentinelPreTrainedMixin, CausalLMMixin, Qwen2ForCausalLM):
+    """Causal LM on [`Qwen2SentinelModel`] (stock head and tying); the loss adds the gates' L1 pressure."""
+
+    config_class = Qwen2SentinelConfig
+    base_class = Qwen2SentinelModel
+    _no_split_modules = ["Qwen2SentinelDecoderLayer"]
+
+
+class Qwen3SentinelModel(DecoderSentinelModelMixin, Qwen3Model):
+    config_class = Qwen3SentinelConfig
+    family = QWEN3
+    decoder_layer_class = Qwen3SentinelDecoderLayer
+    _no_split_modules = ["Qwen3SentinelDecoderLayer"]
+    _can_record_outputs = {}
+
+
+class Qwen3SentinelForCausalLM(SentinelLMHeadMixin, DecoderSentinelPreTrainedMixin, CausalLMMixin, Qwen3ForCausalLM):
+    """Causal LM on [`Qwen3SentinelModel`] (stock head and tying); the loss adds the gates' L1 pressure."""
+
+    config_class = Qwen3SentinelConfig
+    base_class = Qwen3SentinelModel
+    _no_split_modules = ["Qwen3SentinelDecoderLayer"]
+
+
+class EncoderSentinelPreTrainedMixin(SentinelPreTrainedMixin):
+    sentinel_roles = SentinelRoles(
+        attention="attention.self",
+        qkv=("attention.self.query", "attention.self.key", "attention.self.value"),
+        out="attention.output.dense",
+    )
+    sentinel_layer_path = "encoder.layer"
+
+
+class EncoderSentinelModelMixin(EncoderSentinelPreTrainedMixin):
+    """A BERT-family encoder with sentinel-gated self-attention: stock embeddings, encoder (its layers gated) and
+    pooler, and the stock forward."""
+
+    embeddings_class: type
+    encoder_class: type
+    layer_class: type
+    pooler_class: type
+
+    def __init__(self, config, add_pooling_layer: bool = True):
+        PreTrainedModel.__init__(self, config)
+        self.config = config
+        self.gradient_checkpointing = False
+        self.embeddings = self.embeddings_class(config)
+        self.encoder = self.encoder_class(config)
+        self.encoder.layer = nn.ModuleList(
+            [self.layer_class(config, layer_idx=i) for i in range(config.num_hidden_layers)]
+        )
+        self.pooler = self.pooler_class(config) if add_pooling_layer else None
+        self.post_init()
+
+
+class EncoderSentinelForSequenceClassificationMixin(EncoderSentinelPreTrainedMixin):
+    """Sequence classification on a sentinel encoder with the family's stock head; the loss adds the gates' L1
+    pressure."""
+
+    pipeline_tag = "text-classification"
+    # the loss is a batch mean that ignores `num_items_in_batch`: the Trainer divides it for gradient accumulation
+    accepts_loss_kwargs = False
+    base_class: type
+    stock_uses_pooler: bool
+
+    def __init__(self, config):
+        PreTrainedModel.__init__(self, config)
+        self.num_labels = config.num_labels
+        self.config = config
+        setattr(self, self.base_model_prefix, self.base_class(config, add_pooling_layer=self.stock_uses_pooler))
+        self.build_stock_head(config)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        **kwargs,
+    ) -> SentinelSequenceClassifierOutput:
+        outputs = self.base_model(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
+        )
+        logits = self.stock_logits(outputs)
+        loss = task_loss = l1 = None
+        if labels is not None:
+            task_loss = ForSequenceClassificationLoss(labels, logits, self.config)
+            l1 = self.config.gate_l1 * self.gate_l1()
+            loss = task_loss + l1
+        return SentinelSequenceClassifierOutput(
+            loss=loss,
+            logits=logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+            task_loss=task_loss,
+            gate_l1_loss=l1,
+        )
+
+
+class BertSentinelModel(EncoderSentinelModelMixin, BertModel):
+    config_class = BertSentinelConfig
+    embeddings_class = BertEmbeddings
+    encoder_class = BertEncoder
+    layer_class = BertSentinelLayer
+    pooler_class = BertPooler
+    _no_split_modules = ["BertEmbeddings", "BertSentinelLayer"]
+
+
+class BertSentinelForSequenceClassification(EncoderSentinelForSequenceClassificationMixin, BertPreTrainedModel):
+    config_class = BertSentinelConfig
+    base_class = BertSentinelModel
+    stock_uses_pooler = True
+    _no_split_modules = ["BertEmbeddings", "BertSentinelLayer"]
+
+    def build_stock_head(self, config):
+        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+
+    def stock_logits(self, outputs):
+        return self.classifier(self.dropout(outputs.pooler_output))
+
+
+class RobertaSentinelModel(EncoderSentinelModelMixin, RobertaModel):
+    config_class = RobertaSentinelConfig
+    embeddings_class = RobertaEmbeddings
+    encoder_class = RobertaEncoder
+    layer_class = RobertaSentinelLayer
+    pooler_class = RobertaPooler
+    _no_split_modules = ["RobertaEmbeddings", "RobertaSentinelLayer"]
+
+
+class RobertaSentinelForSequenceClassification(EncoderSentinelForSequenceClassificationMixin, RobertaPreTrainedModel):
+    config_class = RobertaSentinelConfig
+    base_class = RobertaSentinelModel
+    stock_uses_pooler = False
+    _no_split_modules = ["RobertaEmbeddings", "RobertaSentinelLayer"]
+
+    def build_stock_head(self, config):
+        self.classifier = RobertaClassificationHead(config)
+
+    def stock_logits(self, outputs):
+        return self.classifier(outputs.last_hidden_state)
+
+
+register_for_auto_classes(GPT2SentinelConfig, AutoModel=GPT2SentinelModel, AutoModelForCausalLM=GPT2SentinelLMHeadModel)
+register_for_auto_classes(
+    LlamaSentinelConfig, AutoModel=LlamaSentinelModel, AutoModelForCausalLM=LlamaSentinelForCausalLM
+)
+register_for_auto_classes(
+    Qwen2SentinelConfig, AutoModel=Qwen2SentinelModel, AutoModelForCausalLM=Qwen2SentinelForCausalLM
+)
+register_for_auto_classes(
+    Qwen3SentinelConfig, AutoModel=Qwen3SentinelModel, AutoModelForCausalLM=Qwen3SentinelForCausalLM
+)
+register_for_auto_classes(
+    BertSentinelConfig,
+    AutoModel=BertSentinelModel,
+    AutoModelForSequenceClassification=BertSentinelForSequenceClassification,
+)
+register_for_auto_classes(
+    RobertaSentinelConfig,
+    AutoModel=RobertaSentinelModel,
+    AutoModelForSequenceClassification=RobertaSentinelForSequenceClassification,
+)
+
+# the names the GPT-2 classes had before the rename, still documented and importable
+GatedGPT2Model = GPT2SentinelModel
+GatedGPT2LMHeadModel = GPT2SentinelLMHeadModel
+
+__all__ = [
+    "BertSentinelForSequenceClassification",
+    "BertSentinelModel",
+    "GPT2SentinelAttention",
+    "GPT2SentinelLMHeadModel",
+    "GPT2SentinelModel",
+    "GatedGPT2Config",
+    "GatedGPT2LMHeadModel",
+    "GatedGPT2Model",
+    "LlamaSentinelForCausalLM",
+    "LlamaSentinelModel",
+    "Qwen2SentinelForCausalLM",
+    "Qwen2SentinelModel",
+    "Qwen3SentinelForCausalLM",
+    "Qwen3SentinelModel",
+    "RobertaSentinelForSequenceClassification",
+    "RobertaSentinelModel",
+    "SentinelCausalLMOutput",
+    "SentinelSequenceClassifierOutput",
+    "SentinelGates",
+    "SentinelRoles",
+]

@@ -1,0 +1,134 @@
+"""The zoo's conformance suite on the sentinel-gated models: GPT-2, the Llama family (Llama, Qwen2, Qwen3) and the
+BERT family (BERT, RoBERTa)."""
+
+import torch
+from bridge_fixtures import TINY, build_gpt2, labels_for, pair_batch
+from gpt2_fixtures import TINY_GPT2, build_bert, build_stock_gpt2, lm_batch, lm_labels
+from hc_fixtures import TINY_DECODER, build_stock_llama, build_stock_qwen3, decoder_case
+from transformers import (
+    BertConfig,
+    BertForSequenceClassification,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    RobertaConfig,
+    RobertaForSequenceClassification,
+)
+
+from interlayer import (
+    BertSentinelForSequenceClassification,
+    GPT2SentinelLMHeadModel,
+    LlamaSentinelForCausalLM,
+    Qwen2SentinelForCausalLM,
+    Qwen3SentinelForCausalLM,
+    RobertaSentinelForSequenceClassification,
+)
+from interlayer.testing import ConformanceCase, ConformanceSuite
+
+SENTINEL_CONFIG_ERRORS = [
+    (dict(gate_l1=-1.0), r"gate_l1.*>= 0"),
+    (dict(unet_skip_scale=-0.1), r"unet_skip_scale"),
+    (dict(pruned_heads={9: [0]}), r"pruned_heads layer.*<= 3.*got 9"),
+    (dict(pruned_heads={0: [7]}), r"pruned_heads\[0\] head.*<= 3.*got 7"),
+    (dict(identity_init="yes"), r"identity_init"),
+]
+
+
+class TestGPT2SentinelConformance(ConformanceSuite):
+    def make_case(self):
+        return ConformanceCase(
+            build_stock=build_stock_gpt2,
+            model_class=GPT2SentinelLMHeadModel,
+            auto_class_name="AutoModelForCausalLM",
+            active_options=dict(identity_init=False, unet_skips=True),
+            more_identity_options=[dict(unet_skips=True)],
+            make_batch=lm_batch,
+            labels=lm_labels,
+            wrong_architecture=build_bert,
+            config_errors=[({**TINY_GPT2, **o}, p) for o, p in SENTINEL_CONFIG_ERRORS],
+            lora_targets=["c_attn"],
+        )
+
+
+ACTIVE = dict(identity_init=False, unet_skips=True)
+DECODER_CONFIG_ERRORS = [
+    (dict(gate_l1=-1.0), r"gate_l1.*>= 0"),
+    (dict(pruned_heads={5: [0]}), r"pruned_heads layer.*<= 2.*got 5"),
+    (dict(pruned_heads={0: [4]}), r"pruned_heads\[0\] head.*<= 3.*got 4"),
+]
+
+
+class TestLlamaSentinelConformance(ConformanceSuite):
+    def make_case(self):
+        case = decoder_case(LlamaSentinelForCausalLM, build_stock_llama, ACTIVE, DECODER_CONFIG_ERRORS)
+        case.more_identity_options = [dict(unet_skips=True)]
+        return case
+
+
+def build_stock_qwen2(folder):
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(Qwen2Config(**TINY_DECODER))
+    model.save_pretrained(folder)
+    return model
+
+
+class TestQwen2SentinelConformance(ConformanceSuite):
+    def make_case(self):
+        case = decoder_case(Qwen2SentinelForCausalLM, build_stock_qwen2, ACTIVE, DECODER_CONFIG_ERRORS)
+        case.more_identity_options = [dict(unet_skips=True)]
+        return case
+
+
+class TestQwen3SentinelConformance(ConformanceSuite):
+    def make_case(self):
+        case = decoder_case(Qwen3SentinelForCausalLM, build_stock_qwen3, ACTIVE, DECODER_CONFIG_ERRORS)
+        case.more_identity_options = [dict(unet_skips=True)]
+        return case
+
+
+ENCODER_CONFIG_ERRORS = [
+    (dict(gate_l1=-1.0), r"gate_l1.*>= 0"),
+    (dict(unet_skips=True), r"unet_skips=True does not apply to the (bert|roberta) family"),
+    (dict(is_decoder=True), r"encoder-only.*is_decoder=True"),
+    (dict(pruned_heads={0: [4]}), r"pruned_heads\[0\] head.*<= 3.*got 4"),
+]
+
+
+def build_stock_encoder(folder, stock_class, config_class):
+    """The bridge tests' tiny classifier with weights drawn 5x wider: at the stock 0.02 its logits are near 1e-3, where
+    even the stock model's fp16 rounding is at the edge of the conformance suite's fp16 tolerance."""
+    torch.manual_seed(0)
+    model = stock_class(config_class(**TINY, initializer_range=0.1))
+    model.save_pretrained(folder)
+    return model
+
+
+def build_stock_bert(folder):
+    return build_stock_encoder(folder, BertForSequenceClassification, BertConfig)
+
+
+def build_stock_roberta(folder):
+    return build_stock_encoder(folder, RobertaForSequenceClassification, RobertaConfig)
+
+
+def encoder_case(model_class, build_stock, family):
+    return ConformanceCase(
+        build_stock=build_stock,
+        model_class=model_class,
+        auto_class_name="AutoModelForSequenceClassification",
+        active_options=dict(identity_init=False),
+        make_batch=lambda: pair_batch(family),
+        labels=labels_for,
+        wrong_architecture=build_gpt2,
+        config_errors=[({**TINY, **o}, p) for o, p in ENCODER_CONFIG_ERRORS],
+        lora_targets=["query", "value"],
+    )
+
+
+class TestBertSentinelConformance(ConformanceSuite):
+    def make_case(self):
+        return encoder_case(BertSentinelForSequenceClassification, build_stock_bert, "bert")
+
+
+class TestRobertaSentinelConformance(ConformanceSuite):
+    def make_case(self):
+        return encoder_case(RobertaSentinelForSequenceClassification, build_stock_roberta, "roberta")
