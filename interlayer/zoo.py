@@ -15,16 +15,28 @@ from transformers import (
     PretrainedConfig,
 )
 
-from .models.configuration_attention_bridge import BartBridgeConfig, MarianBridgeConfig
+from .models.configuration_attention_bridge import (
+    BartAttentionBridgeConfig,
+    M2M100AttentionBridgeConfig,
+    MarianAttentionBridgeConfig,
+    MBartAttentionBridgeConfig,
+    T5AttentionBridgeConfig,
+)
 from .models.configuration_bridge import BertBridgeConfig, RobertaBridgeConfig
 from .models.configuration_gated_gpt2 import GatedGPT2Config
 from .models.configuration_hyper_connections import LlamaMHCConfig, Qwen3MHCConfig
 from .models.configuration_latent import LlamaLatentConfig, Qwen3LatentConfig
 from .models.modeling_attention_bridge import (
-    BartBridgeForConditionalGeneration,
-    BartBridgeModel,
-    MarianBridgeForConditionalGeneration,
-    MarianBridgeModel,
+    BartAttentionBridgeForConditionalGeneration,
+    BartAttentionBridgeModel,
+    M2M100AttentionBridgeForConditionalGeneration,
+    M2M100AttentionBridgeModel,
+    MarianAttentionBridgeForConditionalGeneration,
+    MarianAttentionBridgeModel,
+    MBartAttentionBridgeForConditionalGeneration,
+    MBartAttentionBridgeModel,
+    T5AttentionBridgeForConditionalGeneration,
+    T5AttentionBridgeModel,
 )
 from .models.modeling_bridge import (
     BertBridgeForSequenceClassification,
@@ -77,22 +89,49 @@ ZOO: tuple[ZooEntry, ...] = (
     ZooEntry("latent", "qwen3", "causal-lm", Qwen3LatentConfig, Qwen3LatentForCausalLM, AutoModelForCausalLM),
     ZooEntry("latent", "llama", "base", LlamaLatentConfig, LlamaLatentModel, AutoModel),
     ZooEntry("latent", "llama", "causal-lm", LlamaLatentConfig, LlamaLatentForCausalLM, AutoModelForCausalLM),
-    ZooEntry("attention-bridge", "marian", "base", MarianBridgeConfig, MarianBridgeModel, AutoModel),
+    ZooEntry("attention-bridge", "marian", "base", MarianAttentionBridgeConfig, MarianAttentionBridgeModel, AutoModel),
     ZooEntry(
         "attention-bridge",
         "marian",
         "translation",
-        MarianBridgeConfig,
-        MarianBridgeForConditionalGeneration,
+        MarianAttentionBridgeConfig,
+        MarianAttentionBridgeForConditionalGeneration,
         AutoModelForSeq2SeqLM,
     ),
-    ZooEntry("attention-bridge", "bart", "base", BartBridgeConfig, BartBridgeModel, AutoModel),
+    ZooEntry("attention-bridge", "bart", "base", BartAttentionBridgeConfig, BartAttentionBridgeModel, AutoModel),
     ZooEntry(
         "attention-bridge",
         "bart",
         "translation",
-        BartBridgeConfig,
-        BartBridgeForConditionalGeneration,
+        BartAttentionBridgeConfig,
+        BartAttentionBridgeForConditionalGeneration,
+        AutoModelForSeq2SeqLM,
+    ),
+    ZooEntry("attention-bridge", "mbart", "base", MBartAttentionBridgeConfig, MBartAttentionBridgeModel, AutoModel),
+    ZooEntry(
+        "attention-bridge",
+        "mbart",
+        "translation",
+        MBartAttentionBridgeConfig,
+        MBartAttentionBridgeForConditionalGeneration,
+        AutoModelForSeq2SeqLM,
+    ),
+    ZooEntry("attention-bridge", "m2m_100", "base", M2M100AttentionBridgeConfig, M2M100AttentionBridgeModel, AutoModel),
+    ZooEntry(
+        "attention-bridge",
+        "m2m_100",
+        "translation",
+        M2M100AttentionBridgeConfig,
+        M2M100AttentionBridgeForConditionalGeneration,
+        AutoModelForSeq2SeqLM,
+    ),
+    ZooEntry("attention-bridge", "t5", "base", T5AttentionBridgeConfig, T5AttentionBridgeModel, AutoModel),
+    ZooEntry(
+        "attention-bridge",
+        "t5",
+        "translation",
+        T5AttentionBridgeConfig,
+        T5AttentionBridgeForConditionalGeneration,
         AutoModelForSeq2SeqLM,
     ),
 )
