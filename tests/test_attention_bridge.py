@@ -273,6 +273,23 @@ def test_base_model_loads_every_stock_weight_and_starts_as_the_stock_model(famil
         assert diff.abs().max() > 1e-6  # the identity check above can fail
 
 
+@pytest.mark.parametrize("family", ["bart", "t5"])
+def test_the_bridge_initialises_with_the_family_std(family, tmp_path):
+    """The bridge's own init in every family: T5's stock init knows no plain Linear (it would leave them as built, or
+    give them std `initializer_factor` = 1), so the bridge's tensors get `bridge_init_std`: BART's `init_std`, T5's
+    `initializer_factor * d_model ** -0.5`."""
+    build_stock, _, _, lm_class = stock_families()[family]
+    build_stock(str(tmp_path / "stock"))
+    torch.manual_seed(0)
+    options = dict(TINY_BRIDGE, bridge_layers=["perceiver", "lin"], bridge_hidden_size=256, bridge_fixed_length=64)
+    bridge = lm_class.from_pretrained(tmp_path / "stock", **options).seq2seq.encoder.bridge
+    expected = 0.02 if family == "bart" else 32**-0.5
+    perceiver, lin = bridge.layers
+    for weight in (lin.w1.weight, lin.w2.weight, perceiver.latents, perceiver.cross_attn.q_proj.weight):
+        assert abs(weight.std().item() / expected - 1) < 0.1, (family, weight.std().item(), expected)
+    assert torch.all(lin.w1.bias == 0) and torch.all(lin.norm.weight == 1) and torch.all(lin.norm.bias == 0)
+
+
 @pytest.mark.parametrize("family", ["bart", "mbart", "m2m_100", "t5"])
 def test_language_decoders_of_each_family_generate_with_the_cached_bridge(family, tmp_path):
     build_stock, _, _, lm_class = stock_families()[family]
