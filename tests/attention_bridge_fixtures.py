@@ -90,8 +90,8 @@ def build_stock_mbart(folder):
 def build_stock_m2m100(folder):
     from transformers import M2M100Config, M2M100ForConditionalGeneration
 
-    # decoding starts with a token other than the padding: M2M100 counts positions from the non-padding tokens, so a
-    # padding start token would put cached and uncached decoding at different positions (as NLLB, which starts with </s>)
+    # decoding starts with a token other than the padding (as NLLB's, which starts with </s>): M2M100 counts positions
+    # from the non-padding tokens, so a padding start token would put cached and uncached decoding at other positions
     config = M2M100Config(**{**TINY_BART, "decoder_start_token_id": 0}, bos_token_id=0)
     return _build(folder, M2M100ForConditionalGeneration, config)
 
