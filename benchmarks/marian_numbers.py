@@ -32,7 +32,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from interlayer import MarianBridgeConfig, MarianBridgeForConditionalGeneration  # noqa: E402
+from interlayer import MarianAttentionBridgeConfig, MarianAttentionBridgeForConditionalGeneration  # noqa: E402
 from interlayer.number_words import LANGUAGES, CharVocabulary, number_words  # noqa: E402
 
 BRIDGES = {
@@ -47,9 +47,9 @@ HELD_OUT = sorted(random.Random(1234).sample(range(1000), 100))
 TRAIN_NUMBERS = [n for n in range(1000) if n not in set(HELD_OUT)]
 
 
-def make_model(vocab: CharVocabulary, bridge: str, seed: int) -> MarianBridgeForConditionalGeneration:
+def make_model(vocab: CharVocabulary, bridge: str, seed: int) -> MarianAttentionBridgeForConditionalGeneration:
     torch.manual_seed(seed)
-    config = MarianBridgeConfig(
+    config = MarianAttentionBridgeConfig(
         vocab_size=len(vocab),
         decoder_vocab_size=len(vocab),
         d_model=128,
@@ -72,7 +72,7 @@ def make_model(vocab: CharVocabulary, bridge: str, seed: int) -> MarianBridgeFor
         bridge_heads=4,
         decoder_languages=list(LANGUAGES),
     )
-    return MarianBridgeForConditionalGeneration(config)
+    return MarianAttentionBridgeForConditionalGeneration(config)
 
 
 def encode(vocab, texts, pad_value):

@@ -7,6 +7,7 @@ its name (`from interlayer import Qwen3MHCForCausalLM`), and under the older nam
 
 from transformers import AutoConfig
 
+from .models.configuration_attention_bridge import OLD_MODEL_TYPE_CONFIGS as OLD_ATTENTION_BRIDGE_CONFIGS
 from .models.configuration_bridge import BRIDGE_PRESETS, bridge_preset
 from .models.configuration_sentinel import LegacyGatedGPT2Config
 from .zoo import ZOO, convert, exported_names
@@ -16,8 +17,10 @@ __version__ = "0.1.0"
 for _entry in ZOO:
     AutoConfig.register(_entry.config_class.model_type, _entry.config_class, exist_ok=True)
     _entry.auto_class.register(_entry.config_class, _entry.model_class, exist_ok=True)
-# the model type sentinel GPT-2 had before the mechanism's files were named `sentinel` (folders saved then)
-AutoConfig.register(LegacyGatedGPT2Config.model_type, LegacyGatedGPT2Config, exist_ok=True)
+# model types saved before a mechanism's rename (sentinel GPT-2's `gated_gpt2`, the attention bridges'
+# `marian_bridge` and `bart_bridge`) still resolve, to the renamed classes
+for _old in (LegacyGatedGPT2Config, *OLD_ATTENTION_BRIDGE_CONFIGS):
+    AutoConfig.register(_old.model_type, _old, exist_ok=True)
 
 __all__ = ["BRIDGE_PRESETS", "ZOO", "bridge_preset", "convert"]
 globals().update(exported_names())

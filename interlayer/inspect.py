@@ -29,7 +29,7 @@ SAMPLE_SENTENCES = (
 )
 DEFAULT_TEXT = "The quick brown fox jumps over the lazy dog."
 STOCK_CHECK_MAX_PARAMETERS = 1_000_000_000  # above this, building a second (stock) copy costs too much memory
-STATISTIC_PREFIXES = ("bridge/", "sentinel/", "hc/", "latent/")
+STATISTIC_PREFIXES = ("bridge/", "attention_bridge/", "sentinel/", "hc/", "latent/")
 
 
 def _figure(width: float, height: float):

@@ -23,10 +23,10 @@ from transformers import Trainer, TrainingArguments, default_data_collator
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from attention_bridge_fixtures import TINY_BRIDGE, build_stock_marian, source_batch, target_labels  # noqa: E402
 from bridge_fixtures import BERT_ACTIVE, ROBERTA_ACTIVE, build_stock_bert, build_stock_roberta, pair_batch  # noqa: E402
 from gpt2_fixtures import build_stock_gpt2, lm_batch, lm_labels  # noqa: E402
 from hc_fixtures import build_stock_llama, build_stock_qwen3  # noqa: E402
-from marian_fixtures import TINY_BRIDGE, build_stock_marian, source_batch, target_labels  # noqa: E402
 
 import interlayer  # noqa: E402
 from interlayer.callbacks import MechanismStatsCallback, mean_tensor_over_ranks  # noqa: E402
@@ -136,9 +136,9 @@ CASES = {
         lm_rows,
         (),
     ),
-    "marian_bridge": (
+    "marian_attention_bridge": (
         build_stock_marian,
-        interlayer.MarianBridgeForConditionalGeneration,
+        interlayer.MarianAttentionBridgeForConditionalGeneration,
         dict(bridge_layers=["transformer", "perceiver"], **TINY_BRIDGE, **NO_DROPOUT["marian"]),
         seq2seq_rows,
         (),

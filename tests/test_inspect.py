@@ -5,10 +5,10 @@ a Trainer output folder, the logged statistics become curves."""
 import numpy as np
 import pytest
 import torch
+from attention_bridge_fixtures import TINY_BRIDGE, build_stock_marian
 from bridge_fixtures import build_stock_roberta
 from gpt2_fixtures import build_stock_gpt2, lm_batch
 from hc_fixtures import build_stock_qwen3, save_tiny_llama_with_tokenizer
-from marian_fixtures import TINY_BRIDGE, build_stock_marian
 from matplotlib.image import imread
 
 from interlayer.cli import main

@@ -104,7 +104,8 @@ def test_mean_tensor_over_ranks(runs):
 
 
 @pytest.mark.parametrize(
-    "name", ["roberta_bridge", "bert_bridge", "qwen3_mhc", "llama_mhc_dynamic", "llama_latent", "marian_bridge"]
+    "name",
+    ["roberta_bridge", "bert_bridge", "qwen3_mhc", "llama_mhc_dynamic", "llama_latent", "marian_attention_bridge"],
 )
 def test_mechanism_stats_are_logged_for_the_whole_batch(runs, name):
     """`MechanismStatsCallback` averages the statistics over the ranks, so the two-process log carries those of the

@@ -11,8 +11,8 @@ import transformers
 
 import interlayer
 from interlayer.cli import main
-from interlayer.testing import ConformanceSuite
 from interlayer.models.zoo_common import field_defaults
+from interlayer.testing import ConformanceSuite
 from interlayer.zoo import MECHANISMS, ZOO, matrix, matrix_markdown, option_docs, options_markdown
 
 TESTS = pathlib.Path(__file__).parent

@@ -1,10 +1,10 @@
-"""Configuration of attention bridges between an encoder and language-specific decoders (seed 004) on Marian and
-BART."""
+"""Configuration of attention bridges between an encoder and language-specific decoders (seed 004) on Marian, BART,
+mBART, M2M100 (NLLB's architecture) and T5."""
 
 import dataclasses
 from typing import ClassVar, Literal
 
-from transformers import BartConfig, MarianConfig
+from transformers import BartConfig, M2M100Config, MarianConfig, MBartConfig, T5Config
 
 from .zoo_common import ZooConfigFields, ZooConfigMixin, check_choice, check_range, zoo_config
 
@@ -34,7 +34,7 @@ class AttentionBridgeFields(ZooConfigFields):
         bridge_heads (`int`, defaults to 8): attention heads of the perceiver and transformer layers (must divide
             `d_model`).
         bridge_norm (`str`, defaults to `"layernorm"`): `"layernorm"`, `"rmsnorm"` or `"none"`, eps `bridge_norm_eps`.
-        bridge_norm_eps (`float`, defaults to 1e-6).
+        bridge_norm_eps (`float`, defaults to 1e-6): epsilon of the bridge's norms.
         decoder_languages (`list[str]`, *optional*): one decoder per target language, sharing the encoder, the bridge,
             the embeddings and the output layer. The first language's decoder is the stock `model.decoder`; the others
             (`model.language_decoders.<lang>`) start as copies of the stock decoder when converting a stock
@@ -97,22 +97,116 @@ class AttentionBridgeFields(ZooConfigFields):
         return any(t in FIXED_LENGTH_TYPES for t in self.bridge_layers)
 
 
-@zoo_config
-class MarianBridgeConfig(ZooConfigMixin, MarianConfig, AttentionBridgeFields):
-    r"""Configuration of [`MarianBridgeForConditionalGeneration`]: every [`MarianConfig`] field plus the options of
-    [`AttentionBridgeFields`]. Converts checkpoints of model_type `marian` (Helsinki-NLP opus-mt models)."""
+class AttentionBridgeConfigMixin(ZooConfigMixin):
+    """What every attention-bridge config adds to the zoo's conversion rules: a config saved under the model type the
+    family had before the attention bridges were renamed (`old_model_type`, e.g. `marian_bridge`) is read as this
+    class (so `from_pretrained` on such a folder works and a re-save writes the new type); and the standard deviation
+    of the bridge's initialisation (`bridge_init_std`), the family's own `init_std` unless the family declares
+    otherwise."""
 
-    model_type = "marian_bridge"
+    old_model_type: ClassVar[str | None] = None
+
+    @classmethod
+    def from_dict(cls, config_dict, **kwargs):
+        if cls.old_model_type is not None and config_dict.get("model_type") == cls.old_model_type:
+            config_dict = {**config_dict, "model_type": cls.model_type}
+        return super().from_dict(config_dict, **kwargs)
+
+    @property
+    def bridge_init_std(self) -> float:
+        return self.init_std
+
+
+@zoo_config
+class MarianAttentionBridgeConfig(AttentionBridgeConfigMixin, MarianConfig, AttentionBridgeFields):
+    r"""Configuration of [`MarianAttentionBridgeForConditionalGeneration`]: every [`MarianConfig`] field plus the
+    options of [`AttentionBridgeFields`]. Converts checkpoints of model_type `marian` (Helsinki-NLP opus-mt models)."""
+
+    model_type = "marian_attention_bridge"
+    old_model_type = "marian_bridge"
     stock_model_types = ("marian",)
 
 
 @zoo_config
-class BartBridgeConfig(ZooConfigMixin, BartConfig, AttentionBridgeFields):
-    r"""Configuration of [`BartBridgeForConditionalGeneration`]: every [`BartConfig`] field plus the options of
-    [`AttentionBridgeFields`]. Converts checkpoints of model_type `bart`."""
+class BartAttentionBridgeConfig(AttentionBridgeConfigMixin, BartConfig, AttentionBridgeFields):
+    r"""Configuration of [`BartAttentionBridgeForConditionalGeneration`]: every [`BartConfig`] field plus the options
+    of [`AttentionBridgeFields`]. Converts checkpoints of model_type `bart`."""
 
-    model_type = "bart_bridge"
+    model_type = "bart_attention_bridge"
+    old_model_type = "bart_bridge"
     stock_model_types = ("bart",)
 
 
-__all__ = ["BRIDGE_LAYER_TYPES", "AttentionBridgeFields", "BartBridgeConfig", "MarianBridgeConfig"]
+@zoo_config
+class MBartAttentionBridgeConfig(AttentionBridgeConfigMixin, MBartConfig, AttentionBridgeFields):
+    r"""Configuration of [`MBartAttentionBridgeForConditionalGeneration`]: every [`MBartConfig`] field plus the
+    options of [`AttentionBridgeFields`]. Converts checkpoints of model_type `mbart` (mBART-25/50)."""
+
+    model_type = "mbart_attention_bridge"
+    stock_model_types = ("mbart",)
+
+
+@zoo_config
+class M2M100AttentionBridgeConfig(AttentionBridgeConfigMixin, M2M100Config, AttentionBridgeFields):
+    r"""Configuration of [`M2M100AttentionBridgeForConditionalGeneration`]: every [`M2M100Config`] field plus the
+    options of [`AttentionBridgeFields`]. Converts checkpoints of model_type `m2m_100` (M2M100 and NLLB-200)."""
+
+    model_type = "m2m_100_attention_bridge"
+    stock_model_types = ("m2m_100",)
+
+
+@zoo_config
+class T5AttentionBridgeConfig(AttentionBridgeConfigMixin, T5Config, AttentionBridgeFields):
+    r"""Configuration of [`T5AttentionBridgeForConditionalGeneration`]: every [`T5Config`] field plus the options of
+    [`AttentionBridgeFields`]. Converts checkpoints of model_type `t5` (T5, T5 v1.1, mT5-style configs saved as `t5`).
+    T5 has no `init_std`: the bridge initialises with `initializer_factor * d_model ** -0.5`, the std T5 gives its
+    own projections from `d_model`."""
+
+    model_type = "t5_attention_bridge"
+    stock_model_types = ("t5",)
+
+    @property
+    def bridge_init_std(self) -> float:
+        return self.initializer_factor * self.d_model**-0.5
+
+
+class OldModelTypeConfig:
+    """A config class registered with `AutoConfig` under a model type saved before the attention bridges were renamed
+    (`marian_bridge`, `bart_bridge`): reading a config returns the renamed class (`renamed`), so the Auto model classes
+    build the renamed models in-process. A saved folder also ships its own code for `trust_remote_code`."""
+
+    renamed: ClassVar[type]
+
+    @classmethod
+    def from_dict(cls, config_dict, **kwargs):
+        return cls.renamed.from_dict(config_dict, **kwargs)
+
+
+class MarianBridgeOldTypeConfig(OldModelTypeConfig, MarianAttentionBridgeConfig):
+    model_type = "marian_bridge"
+    renamed = MarianAttentionBridgeConfig
+
+
+class BartBridgeOldTypeConfig(OldModelTypeConfig, BartAttentionBridgeConfig):
+    model_type = "bart_bridge"
+    renamed = BartAttentionBridgeConfig
+
+
+OLD_MODEL_TYPE_CONFIGS = (MarianBridgeOldTypeConfig, BartBridgeOldTypeConfig)
+
+# The names before the attention bridges were renamed (they named two mechanisms "bridge"): the same classes.
+MarianBridgeConfig = MarianAttentionBridgeConfig
+BartBridgeConfig = BartAttentionBridgeConfig
+
+__all__ = [
+    "BRIDGE_LAYER_TYPES",
+    "OLD_MODEL_TYPE_CONFIGS",
+    "AttentionBridgeFields",
+    "BartAttentionBridgeConfig",
+    "BartBridgeConfig",
+    "M2M100AttentionBridgeConfig",
+    "MBartAttentionBridgeConfig",
+    "MarianAttentionBridgeConfig",
+    "MarianBridgeConfig",
+    "T5AttentionBridgeConfig",
+]

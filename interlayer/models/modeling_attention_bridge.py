@@ -1,4 +1,5 @@
-"""Attention bridges between an encoder and language-specific decoders (seed 004), on Marian and BART.
+"""Attention bridges between an encoder and language-specific decoders (seed 004), on Marian, BART, mBART, M2M100
+(NLLB's architecture) and T5.
 
 The encoder output `H` (`[batch, source, d_model]`, with the source padding mask) goes through a stack of bridge
 layers before the decoders' cross-attention:
@@ -16,6 +17,14 @@ they get exactly zero weight); position-wise layers do not mix positions. A fixe
 `r = bridge_fixed_length` slots, so its cross-attention takes no mask; a variable-length bridge keeps the source
 mask. The bridge runs inside the encoder (`model.encoder.bridge`), so `generate()` computes and caches its output
 once as the encoder memory.
+
+The mechanism is written once against the three roles a seq2seq family plays, each a mixin put before a stock class:
+the encoder output (`AttentionBridgeEncoderMixin`: the stock encoder, then the bridge), the decoders'
+cross-attention memory and the choice of the target language's decoder (`AttentionBridgeDecoderMixin`: the stock
+decoder, given no memory mask for a fixed-length memory and dispatching on `tgt_lang`), and the class that owns
+the encoder and decoders (`AttentionBridgeSeq2SeqMixin`: swaps them for the bridged ones and adds the language
+decoders). The stock forward passes are used as they are (they pass `**kwargs`, hence `tgt_lang`, to the encoder and
+the decoder). A family is a short declaration at the end of this file.
 """
 
 import math
@@ -25,12 +34,45 @@ from torch import nn
 from torch.nn import functional as F
 from transformers import initialization as init
 from transformers.generation import GenerationMixin
-from transformers.modeling_outputs import BaseModelOutput, Seq2SeqModelOutput
-from transformers.models.bart.modeling_bart import BartEncoder, BartForConditionalGeneration, BartModel
-from transformers.models.marian.modeling_marian import MarianEncoder, MarianModel, MarianMTModel
+from transformers.modeling_outputs import BaseModelOutput
+from transformers.models.bart.modeling_bart import BartDecoder, BartEncoder, BartForConditionalGeneration, BartModel
+from transformers.models.m2m_100.modeling_m2m_100 import (
+    M2M100Decoder,
+    M2M100Encoder,
+    M2M100ForConditionalGeneration,
+    M2M100Model,
+)
+from transformers.models.marian.modeling_marian import MarianDecoder, MarianEncoder, MarianModel, MarianMTModel
+from transformers.models.mbart.modeling_mbart import (
+    MBartDecoder,
+    MBartEncoder,
+    MBartForConditionalGeneration,
+    MBartModel,
+)
+from transformers.models.t5.modeling_t5 import T5ForConditionalGeneration, T5Model, T5Stack
 
-from .configuration_attention_bridge import FIXED_LENGTH_TYPES, BartBridgeConfig, MarianBridgeConfig
+from .configuration_attention_bridge import (
+    FIXED_LENGTH_TYPES,
+    BartAttentionBridgeConfig,
+    M2M100AttentionBridgeConfig,
+    MarianAttentionBridgeConfig,
+    MBartAttentionBridgeConfig,
+    T5AttentionBridgeConfig,
+)
 from .zoo_common import StatsAccumulator, ZooModelMixin, register_for_auto_classes
+
+
+class BridgeLinear(nn.Linear):
+    """A linear layer of the bridge (so its initialisation is the bridge's whatever the family's stock init covers);
+    `zero_init` starts it at zero (a residual branch's output at `identity_init`)."""
+
+    def __init__(self, in_features: int, out_features: int, zero_init: bool = False):
+        super().__init__(in_features, out_features)
+        self.zero_init = zero_init
+
+
+class BridgeLayerNorm(nn.LayerNorm):
+    pass
 
 
 class BridgeRMSNorm(nn.Module):
@@ -45,7 +87,7 @@ class BridgeRMSNorm(nn.Module):
 
 def bridge_norm(config) -> nn.Module:
     if config.bridge_norm == "layernorm":
-        return nn.LayerNorm(config.d_model, eps=config.bridge_norm_eps)
+        return BridgeLayerNorm(config.d_model, eps=config.bridge_norm_eps)
     if config.bridge_norm == "rmsnorm":
         return BridgeRMSNorm(config.d_model, config.bridge_norm_eps)
     return nn.Identity()
@@ -59,22 +101,23 @@ def masked_softmax(scores: torch.Tensor, keep: torch.Tensor | None, dim: int) ->
 
 
 class FeedForward(nn.Sequential):
-    def __init__(self, config):
+    def __init__(self, config, zero_init: bool = False):
         super().__init__(
-            nn.Linear(config.d_model, config.bridge_hidden_size),
+            BridgeLinear(config.d_model, config.bridge_hidden_size),
             nn.ReLU(),
-            nn.Linear(config.bridge_hidden_size, config.d_model),
+            BridgeLinear(config.bridge_hidden_size, config.d_model, zero_init=zero_init),
         )
 
 
 class BridgeAttention(nn.Module):
     """Multi-head dot-product attention of `query` over `memory` (vectorised over heads), `keep` masking memory."""
 
-    def __init__(self, config):
+    def __init__(self, config, zero_init: bool = False):
         super().__init__()
         d = config.d_model
         self.heads, self.head_dim = config.bridge_heads, d // config.bridge_heads
-        self.q_proj, self.k_proj, self.v_proj, self.out_proj = (nn.Linear(d, d) for _ in range(4))
+        self.q_proj, self.k_proj, self.v_proj = (BridgeLinear(d, d) for _ in range(3))
+        self.out_proj = BridgeLinear(d, d, zero_init=zero_init)
 
     def _split(self, x):
         return x.unflatten(-1, (self.heads, self.head_dim)).transpose(1, 2)
@@ -122,7 +165,7 @@ class BridgeLayer(nn.Module):
             slot_entropy = -(a * a.clamp_min(1e-12).log()).sum(-1) / log_len[:, None]
             mean = a.mean(1)
             coverage = torch.exp(-(mean * mean.clamp_min(1e-12).log()).sum(-1)) / length
-            name = f"bridge/L{self.index}/{self.layer_type}"
+            name = f"attention_bridge/L{self.index}/{self.layer_type}"
             self.stats.add(f"{name}/slot_entropy", slot_entropy.mean())
             self.stats.add(f"{name}/coverage", coverage.mean())
 
@@ -132,8 +175,8 @@ class LinBridgeLayer(BridgeLayer):
 
     def __init__(self, config, index):
         super().__init__(config, index)
-        self.w1 = nn.Linear(config.d_model, config.bridge_hidden_size)
-        self.w2 = nn.Linear(config.bridge_hidden_size, config.bridge_fixed_length)
+        self.w1 = BridgeLinear(config.d_model, config.bridge_hidden_size)
+        self.w2 = BridgeLinear(config.bridge_hidden_size, config.bridge_fixed_length)
         self.norm = bridge_norm(config)
 
     def forward(self, x, keep, source, source_keep):
@@ -148,8 +191,8 @@ class SimpleBridgeLayer(BridgeLayer):
     def __init__(self, config, index):
         super().__init__(config, index)
         self.queries = nn.Parameter(torch.empty(config.bridge_fixed_length, config.bridge_hidden_size))
-        self.k_proj = nn.Linear(config.d_model, config.bridge_hidden_size)
-        self.v_proj = nn.Linear(config.d_model, config.d_model)
+        self.k_proj = BridgeLinear(config.d_model, config.bridge_hidden_size)
+        self.v_proj = BridgeLinear(config.d_model, config.d_model)
         self.norm = bridge_norm(config)
 
     def forward(self, x, keep, source, source_keep):
@@ -184,10 +227,10 @@ class TransformerBridgeLayer(BridgeLayer):
 
     def __init__(self, config, index):
         super().__init__(config, index)
-        self.self_attn, self.ff = BridgeAttention(config), FeedForward(config)
+        # the residual branches' outputs start at zero at identity_init: the layer is the identity
+        self.self_attn = BridgeAttention(config, zero_init=config.identity_init)
+        self.ff = FeedForward(config, zero_init=config.identity_init)
         self.attn_norm, self.ff_norm = bridge_norm(config), bridge_norm(config)
-        for branch_out in (self.self_attn.out_proj, self.ff[2]):  # zero at identity_init: the layer is the identity
-            branch_out.zero_init = config.identity_init
 
     def forward(self, x, keep, source, source_keep):
         normed = self.attn_norm(x)
@@ -246,28 +289,44 @@ class AttentionBridge(nn.Module):
         return x, keep
 
 
-class BridgeInitMixin:
-    """Initialisation of the bridge's own tensors (used by every bridged class that is a `PreTrainedModel`, since
-    each initialises its own submodules)."""
+@torch.no_grad()
+def init_bridge_module(module: nn.Module, std: float) -> bool:
+    """Initialise one of the bridge's own modules (its own tensors only, as transformers' per-module init expects),
+    the same in every family; False for any other module (left to the family's stock init)."""
+    if isinstance(module, BridgeLinear):
+        if module.zero_init:
+            init.zeros_(module.weight)
+        else:
+            init.normal_(module.weight, std=std)
+        init.zeros_(module.bias)
+    elif isinstance(module, BridgeLayerNorm):
+        init.ones_(module.weight)
+        init.zeros_(module.bias)
+    elif isinstance(module, BridgeRMSNorm):
+        init.ones_(module.weight)
+    elif isinstance(module, SimpleBridgeLayer):
+        init.normal_(module.queries, std=std)
+    elif isinstance(module, PerceiverBridgeLayer):
+        if module.latents is not None:
+            init.normal_(module.latents, std=std)
+    else:
+        return False
+    return True
+
+
+class AttentionBridgeInitMixin:
+    """The bridge's initialisation (std `config.bridge_init_std`), in every bridged class that is a
+    `PreTrainedModel`, since each initialises its own submodules; other modules get the family's stock init."""
 
     @torch.no_grad()
     def _init_weights(self, module):
-        super()._init_weights(module)
-        std = self.config.init_std
-        if isinstance(module, nn.Linear) and getattr(module, "zero_init", False):
-            init.zeros_(module.weight)
-            init.zeros_(module.bias)
-        elif isinstance(module, SimpleBridgeLayer):
-            init.normal_(module.queries, std=std)
-        elif isinstance(module, PerceiverBridgeLayer) and module.latents is not None:
-            init.normal_(module.latents, std=std)
-        elif isinstance(module, BridgeRMSNorm):
-            init.ones_(module.weight)
+        if not init_bridge_module(module, self.config.bridge_init_std):
+            super()._init_weights(module)
 
 
-class BridgeEncoderMixin(BridgeInitMixin):
-    """The stock encoder followed by the attention bridge; its `last_hidden_state` is the decoders' memory (put
-    before the stock encoder class)."""
+class AttentionBridgeEncoderMixin(AttentionBridgeInitMixin):
+    """Role 1, the encoder output: the stock encoder followed by the attention bridge; its `last_hidden_state` is the
+    decoders' memory (put before the stock encoder class)."""
 
     def __init__(self, config):
         super().__init__(config)
@@ -282,20 +341,68 @@ class BridgeEncoderMixin(BridgeInitMixin):
         return BaseModelOutput(last_hidden_state=memory, hidden_states=out.hidden_states, attentions=out.attentions)
 
 
-class BridgePreTrainedMixin(BridgeInitMixin, ZooModelMixin):
+class AttentionBridgeDecoderMixin:
+    """Roles 2 and 3, the cross-attention memory and the language's decoder: a stock decoder reading the bridge's
+    memory, with no memory mask when the memory is fixed-length (every slot is real; a variable-length memory keeps
+    the source mask the stock model passes). The stock `decoder` (the first language's) also picks the decoder of
+    `tgt_lang` among the language decoders its owner binds to it (put before the stock decoder class)."""
+
+    def bind_language_decoders(self, decoders: nn.ModuleDict) -> None:
+        """Let this decoder dispatch to `decoders` (registered on the owner, which saves them under its own names:
+        a plain reference here, not a submodule)."""
+        object.__setattr__(self, "_language_decoders", decoders)
+
+    def decoder_for(self, tgt_lang) -> nn.Module:
+        """The decoder of `tgt_lang` (a language name, or a tensor of language indices all equal)."""
+        languages = list(self.config.decoder_languages or [])
+        if isinstance(tgt_lang, torch.Tensor):
+            values = tgt_lang.unique().tolist()
+            if len(values) != 1 or not 0 <= values[0] < max(len(languages), 1):
+                raise ValueError(
+                    f"`tgt_lang` as a tensor must hold one language index in [0, {len(languages) - 1}] for the whole "
+                    f"batch (one decoder runs per batch), got {values}."
+                )
+            tgt_lang = languages[values[0]] if languages else None
+        if not languages:
+            if tgt_lang is not None:
+                raise ValueError(f"this model has one decoder (`decoder_languages` is None); got tgt_lang={tgt_lang!r}")
+            return self
+        if tgt_lang is None and len(languages) == 1:
+            tgt_lang = languages[0]
+        if tgt_lang not in languages:
+            raise ValueError(f"`tgt_lang` must be one of {languages}, got {tgt_lang!r}.")
+        return self if tgt_lang == languages[0] else self.__dict__["_language_decoders"][tgt_lang]
+
+    def forward(self, *args, encoder_attention_mask=None, tgt_lang=None, **kwargs):
+        """As the stock decoder, run by the decoder of `tgt_lang`."""
+        if self.config.bridge_is_fixed_length:
+            encoder_attention_mask = None
+        decoder = self.decoder_for(tgt_lang) if "_language_decoders" in self.__dict__ else self
+        if decoder is not self:
+            return decoder(*args, encoder_attention_mask=encoder_attention_mask, **kwargs)
+        return super().forward(*args, encoder_attention_mask=encoder_attention_mask, **kwargs)
+
+
+class AttentionBridgePreTrainedMixin(AttentionBridgeInitMixin, ZooModelMixin):
     """Init, language decoders, statistics and card text shared by the bridged seq2seq models."""
 
     mechanism_name = "Attention bridge"
     mechanism_param_markers = ("encoder.bridge.", "language_decoders.")
 
+    @property
+    def seq2seq(self) -> nn.Module:
+        """The module that owns the encoder, the decoder and the language decoders (`model` in an LM that wraps a
+        base model, otherwise this one)."""
+        return self.model if hasattr(self, "model") else self
+
     def finish_loading(self, info: dict) -> None:
         """A language decoder missing from the checkpoint (converting a stock checkpoint) starts as a copy of the
         stock decoder."""
         super().finish_loading(info)
-        base = self.model if hasattr(self, "model") else self
-        for language, decoder in base.language_decoders.items():
+        owner = self.seq2seq
+        for language, decoder in owner.language_decoders.items():
             if any(f"language_decoders.{language}." in k for k in info["missing_keys"]):
-                decoder.load_state_dict(base.decoder.state_dict())
+                decoder.load_state_dict(owner.decoder.state_dict())
 
     def mechanism_summary(self) -> str:
         c = self.config
@@ -312,16 +419,20 @@ class BridgePreTrainedMixin(BridgeInitMixin, ZooModelMixin):
         )
         return (
             f"An attention bridge (interlayer, seed 004) between the encoder and the decoders: {layers}, giving the "
-            f"decoders {memory}. {languages}Stock weight names; the bridge is `model.encoder.bridge`. Log "
+            f"decoders {memory}. {languages}Stock weight names; the bridge is `encoder.bridge`. Log "
             "`mechanism_stats()` (or use `interlayer.callbacks.MechanismStatsCallback`) to watch the slots' attention "
             "over the source (entropy, coverage)."
         )
 
+    def decoder_for(self, tgt_lang) -> nn.Module:
+        """The decoder that runs for `tgt_lang` (a language name, or a tensor of language indices all equal)."""
+        return self.seq2seq.decoder.decoder_for(tgt_lang)
+
     def bridge_attention(self, input_ids, attention_mask=None, layer: int | None = None) -> torch.Tensor:
         """The attention of each slot of a fixed-length bridge layer over the source tokens, `[batch, slots, source]`
         (the first fixed-length layer unless `layer` is given)."""
-        base = self.model if hasattr(self, "model") else self
-        layers = base.encoder.bridge.layers
+        encoder = self.seq2seq.encoder
+        layers = encoder.bridge.layers
         fixed = [i for i, m in enumerate(layers) if m.fixed_length]
         if layer is None and not fixed:
             raise ValueError(f"this bridge ({self.config.bridge_layers}) has no fixed-length layer to show")
@@ -332,122 +443,67 @@ class BridgePreTrainedMixin(BridgeInitMixin, ZooModelMixin):
         target.keep_attention = True
         try:
             with torch.no_grad():
-                base.encoder(input_ids=input_ids, attention_mask=attention_mask)
+                encoder(input_ids=input_ids, attention_mask=attention_mask)
             return target.last_attention
         finally:
             target.keep_attention, target.last_attention = False, None
 
 
-class BridgeModelMixin(BridgePreTrainedMixin):
-    """A stock seq2seq model whose encoder ends in an attention bridge and, with `decoder_languages`, one decoder per
-    language (put before the stock model class)."""
+class AttentionBridgeSeq2SeqMixin(AttentionBridgePreTrainedMixin):
+    """A stock class that owns the encoder and the decoder (a base model, or an LM without one, such as T5's): its
+    encoder becomes the family's `encoder_class` (the bridge after the stock encoder) and its decoder the
+    `decoder_class`, and with `decoder_languages` one more decoder per further language (`language_decoders`). Each
+    is built from the config the stock class gave the part it replaces (T5 gives its encoder and decoder their own
+    copies). Put before the stock class."""
 
     encoder_class: type
+    decoder_class: type
 
     def __init__(self, config):
         checkpointing = getattr(config, "gradient_checkpointing", False)  # the stock post_init consumes the flag
         super().__init__(config)  # the stock model: shared embeddings, encoder, decoder
-        self.encoder = self.encoder_class(config)
+        self.encoder = self.encoder_class(self.encoder.config)
+        self.decoder = self.decoder_class(self.decoder.config)
         languages = list(config.decoder_languages or [])
-        self.language_decoders = nn.ModuleDict({lang: type(self.decoder)(config) for lang in languages[1:]})
+        self.language_decoders = nn.ModuleDict(
+            {lang: self.decoder_class(self.decoder.config) for lang in languages[1:]}
+        )
+        self.decoder.bind_language_decoders(self.language_decoders)
         self._tied_weights_keys = {**(self._tied_weights_keys or {}), **language_ties(config, self, prefix="")}
         config.gradient_checkpointing = checkpointing
         self.post_init()
 
-    def decoder_for(self, tgt_lang) -> nn.Module:
-        """The decoder of `tgt_lang` (a language name, or a tensor of language indices all equal)."""
-        languages = list(self.config.decoder_languages or [])
-        if isinstance(tgt_lang, torch.Tensor):
-            values = tgt_lang.unique().tolist()
-            if len(values) != 1 or not 0 <= values[0] < max(len(languages), 1):
-                raise ValueError(
-                    f"`tgt_lang` as a tensor must hold one language index in [0, {len(languages) - 1}] for the whole "
-                    f"batch (one decoder runs per batch), got {values}."
-                )
-            tgt_lang = languages[values[0]] if languages else None
-        if not languages:
-            if tgt_lang is not None:
-                raise ValueError(f"this model has one decoder (`decoder_languages` is None); got tgt_lang={tgt_lang!r}")
-            return self.decoder
-        if tgt_lang is None and len(languages) == 1:
-            tgt_lang = languages[0]
-        if tgt_lang not in languages:
-            raise ValueError(f"`tgt_lang` must be one of {languages}, got {tgt_lang!r}.")
-        return self.decoder if tgt_lang == languages[0] else self.language_decoders[tgt_lang]
 
-    def forward(
-        self,
-        input_ids=None,
-        attention_mask=None,
-        decoder_input_ids=None,
-        decoder_attention_mask=None,
-        encoder_outputs=None,
-        past_key_values=None,
-        inputs_embeds=None,
-        decoder_inputs_embeds=None,
-        use_cache=None,
-        tgt_lang=None,
-        **kwargs,
-    ) -> Seq2SeqModelOutput:
-        """As the stock model, with the bridge after the encoder and the decoder of `tgt_lang`."""
-        decoder = self.decoder_for(tgt_lang)
-        if encoder_outputs is None:
-            encoder_outputs = self.encoder(
-                input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs
-            )
-        elif not isinstance(encoder_outputs, BaseModelOutput):
-            encoder_outputs = BaseModelOutput(last_hidden_state=encoder_outputs[0])
-        memory_mask = None if self.config.bridge_is_fixed_length else attention_mask
-        decoder_outputs = decoder(
-            input_ids=decoder_input_ids,
-            attention_mask=decoder_attention_mask,
-            encoder_hidden_states=encoder_outputs.last_hidden_state,
-            encoder_attention_mask=memory_mask,
-            past_key_values=past_key_values,
-            inputs_embeds=decoder_inputs_embeds,
-            use_cache=use_cache,
-            **kwargs,
-        )
-        return Seq2SeqModelOutput(
-            last_hidden_state=decoder_outputs.last_hidden_state,
-            past_key_values=decoder_outputs.past_key_values,
-            decoder_hidden_states=decoder_outputs.hidden_states,
-            decoder_attentions=decoder_outputs.attentions,
-            cross_attentions=decoder_outputs.cross_attentions,
-            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
-            encoder_hidden_states=encoder_outputs.hidden_states,
-            encoder_attentions=encoder_outputs.attentions,
-        )
-
-
-def language_ties(config, base_model, prefix: str) -> dict[str, str]:
+def language_ties(config, owner, prefix: str) -> dict[str, str]:
     """Every language decoder's input embedding tied to the shared embedding, or to the first decoder's where the
     model has no shared one (one target vocabulary)."""
     languages = list(config.decoder_languages or [])[1:]
-    shared = getattr(base_model, "shared", None) is not None
+    shared = getattr(owner, "shared", None) is not None
     source = f"{prefix}shared.weight" if shared else f"{prefix}decoder.embed_tokens.weight"
     return {f"{prefix}language_decoders.{lang}.embed_tokens.weight": source for lang in languages}
 
 
-class BridgeLMMixin(BridgePreTrainedMixin):
-    """The stock seq2seq LM on a bridged model (`base_class`); `tgt_lang` chooses the decoder (put before the stock
-    class)."""
+class AttentionBridgeLMMixin(AttentionBridgePreTrainedMixin):
+    """The stock seq2seq LM with the bridge: either it wraps a bridged base model (`base_class`, as `model`), or it
+    owns the encoder and decoder itself (then `AttentionBridgeSeq2SeqMixin` follows this mixin). `tgt_lang` chooses
+    the decoder (put before the stock class)."""
 
-    base_class: type
+    base_class: type | None = None
     pipeline_tag = None  # transformers 5 has no seq2seq pipeline ("translation" and "text2text-generation" are gone)
     # the stock seq2seq loss is a mean that ignores `num_items_in_batch`
     accepts_loss_kwargs = False
 
     def __init__(self, config):
         checkpointing = getattr(config, "gradient_checkpointing", False)  # the stock post_init consumes the flag
-        super().__init__(config)  # the stock LM: a stock model, final_logits_bias, lm_head
-        self.model = self.base_class(config)
-        self._tied_weights_keys = {
-            **(self._tied_weights_keys or {}),
-            **language_ties(config, self.model, prefix="model."),
-        }
-        config.gradient_checkpointing = checkpointing
-        self.post_init()
+        super().__init__(config)  # the stock LM
+        if self.base_class is not None:
+            self.model = self.base_class(config)
+            self._tied_weights_keys = {
+                **(self._tied_weights_keys or {}),
+                **language_ties(config, self.model, prefix="model."),
+            }
+            config.gradient_checkpointing = checkpointing
+            self.post_init()
 
     def forward(
         self,
@@ -465,7 +521,7 @@ class BridgeLMMixin(BridgePreTrainedMixin):
         **kwargs,
     ):
         """As the stock model; `tgt_lang` (a language of `decoder_languages`, or a tensor of language indices, equal
-        across the batch) chooses the decoder."""
+        across the batch) chooses the decoder. (Named here so that the Trainer keeps a `tgt_lang` dataset column.)"""
         return super().forward(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -482,51 +538,151 @@ class BridgeLMMixin(BridgePreTrainedMixin):
         )
 
 
-class MarianBridgeEncoder(BridgeEncoderMixin, MarianEncoder):
+# ---- the families: the stock encoder, decoder, base model and LM of each, with the roles above ----------------------
+
+
+class MarianAttentionBridgeEncoder(AttentionBridgeEncoderMixin, MarianEncoder):
     pass
 
 
-class MarianBridgeModel(BridgeModelMixin, MarianModel):
-    config_class = MarianBridgeConfig
-    encoder_class = MarianBridgeEncoder
+class MarianAttentionBridgeDecoder(AttentionBridgeDecoderMixin, MarianDecoder):
+    pass
+
+
+class MarianAttentionBridgeModel(AttentionBridgeSeq2SeqMixin, MarianModel):
+    config_class = MarianAttentionBridgeConfig
+    encoder_class, decoder_class = MarianAttentionBridgeEncoder, MarianAttentionBridgeDecoder
     _no_split_modules = ["MarianEncoderLayer", "MarianDecoderLayer"]  # stock Marian names none: FSDP wraps these
 
 
-class MarianBridgeForConditionalGeneration(BridgeLMMixin, MarianMTModel, GenerationMixin):
+class MarianAttentionBridgeForConditionalGeneration(AttentionBridgeLMMixin, MarianMTModel, GenerationMixin):
     """Marian translation model with an attention bridge; `generate(..., tgt_lang=...)` picks the decoder."""
 
-    config_class = MarianBridgeConfig
-    base_class = MarianBridgeModel
-    _no_split_modules = MarianBridgeModel._no_split_modules
+    config_class = MarianAttentionBridgeConfig
+    base_class = MarianAttentionBridgeModel
+    _no_split_modules = MarianAttentionBridgeModel._no_split_modules
 
 
-class BartBridgeEncoder(BridgeEncoderMixin, BartEncoder):
+class BartAttentionBridgeEncoder(AttentionBridgeEncoderMixin, BartEncoder):
     pass
 
 
-class BartBridgeModel(BridgeModelMixin, BartModel):
-    config_class = BartBridgeConfig
-    encoder_class = BartBridgeEncoder
+class BartAttentionBridgeDecoder(AttentionBridgeDecoderMixin, BartDecoder):
+    pass
 
 
-class BartBridgeForConditionalGeneration(BridgeLMMixin, BartForConditionalGeneration, GenerationMixin):
+class BartAttentionBridgeModel(AttentionBridgeSeq2SeqMixin, BartModel):
+    config_class = BartAttentionBridgeConfig
+    encoder_class, decoder_class = BartAttentionBridgeEncoder, BartAttentionBridgeDecoder
+
+
+class BartAttentionBridgeForConditionalGeneration(
+    AttentionBridgeLMMixin, BartForConditionalGeneration, GenerationMixin
+):
     """BART with an attention bridge; `generate(..., tgt_lang=...)` picks the decoder."""
 
-    config_class = BartBridgeConfig
-    base_class = BartBridgeModel
+    config_class = BartAttentionBridgeConfig
+    base_class = BartAttentionBridgeModel
 
 
-register_for_auto_classes(
-    MarianBridgeConfig, AutoModel=MarianBridgeModel, AutoModelForSeq2SeqLM=MarianBridgeForConditionalGeneration
+class MBartAttentionBridgeEncoder(AttentionBridgeEncoderMixin, MBartEncoder):
+    pass
+
+
+class MBartAttentionBridgeDecoder(AttentionBridgeDecoderMixin, MBartDecoder):
+    pass
+
+
+class MBartAttentionBridgeModel(AttentionBridgeSeq2SeqMixin, MBartModel):
+    config_class = MBartAttentionBridgeConfig
+    encoder_class, decoder_class = MBartAttentionBridgeEncoder, MBartAttentionBridgeDecoder
+
+
+class MBartAttentionBridgeForConditionalGeneration(
+    AttentionBridgeLMMixin, MBartForConditionalGeneration, GenerationMixin
+):
+    """mBART with an attention bridge; `generate(..., tgt_lang=...)` picks the decoder."""
+
+    config_class = MBartAttentionBridgeConfig
+    base_class = MBartAttentionBridgeModel
+
+
+class M2M100AttentionBridgeEncoder(AttentionBridgeEncoderMixin, M2M100Encoder):
+    pass
+
+
+class M2M100AttentionBridgeDecoder(AttentionBridgeDecoderMixin, M2M100Decoder):
+    pass
+
+
+class M2M100AttentionBridgeModel(AttentionBridgeSeq2SeqMixin, M2M100Model):
+    config_class = M2M100AttentionBridgeConfig
+    encoder_class, decoder_class = M2M100AttentionBridgeEncoder, M2M100AttentionBridgeDecoder
+
+
+class M2M100AttentionBridgeForConditionalGeneration(
+    AttentionBridgeLMMixin, M2M100ForConditionalGeneration, GenerationMixin
+):
+    """M2M100 / NLLB with an attention bridge; `generate(..., tgt_lang=...)` picks the decoder (NLLB's own target
+    language token, `forced_bos_token_id`, still works as in the stock model)."""
+
+    config_class = M2M100AttentionBridgeConfig
+    base_class = M2M100AttentionBridgeModel
+
+
+class T5AttentionBridgeEncoder(AttentionBridgeEncoderMixin, T5Stack):
+    pass
+
+
+class T5AttentionBridgeDecoder(AttentionBridgeDecoderMixin, T5Stack):
+    pass
+
+
+class T5AttentionBridgeModel(AttentionBridgeSeq2SeqMixin, T5Model):
+    config_class = T5AttentionBridgeConfig
+    encoder_class, decoder_class = T5AttentionBridgeEncoder, T5AttentionBridgeDecoder
+
+
+class T5AttentionBridgeForConditionalGeneration(
+    AttentionBridgeLMMixin, AttentionBridgeSeq2SeqMixin, T5ForConditionalGeneration, GenerationMixin
+):
+    """T5 with an attention bridge (the LM owns its encoder and decoder: no base model inside);
+    `generate(..., tgt_lang=...)` picks the decoder."""
+
+    config_class = T5AttentionBridgeConfig
+    encoder_class, decoder_class = T5AttentionBridgeEncoder, T5AttentionBridgeDecoder
+
+
+FAMILIES = (
+    (MarianAttentionBridgeConfig, MarianAttentionBridgeModel, MarianAttentionBridgeForConditionalGeneration),
+    (BartAttentionBridgeConfig, BartAttentionBridgeModel, BartAttentionBridgeForConditionalGeneration),
+    (MBartAttentionBridgeConfig, MBartAttentionBridgeModel, MBartAttentionBridgeForConditionalGeneration),
+    (M2M100AttentionBridgeConfig, M2M100AttentionBridgeModel, M2M100AttentionBridgeForConditionalGeneration),
+    (T5AttentionBridgeConfig, T5AttentionBridgeModel, T5AttentionBridgeForConditionalGeneration),
 )
-register_for_auto_classes(
-    BartBridgeConfig, AutoModel=BartBridgeModel, AutoModelForSeq2SeqLM=BartBridgeForConditionalGeneration
-)
+for _config, _base, _lm in FAMILIES:
+    register_for_auto_classes(_config, AutoModel=_base, AutoModelForSeq2SeqLM=_lm)
+
+# The names before the attention bridges were renamed (they named two mechanisms "bridge"): the same classes.
+MarianBridgeModel = MarianAttentionBridgeModel
+MarianBridgeForConditionalGeneration = MarianAttentionBridgeForConditionalGeneration
+BartBridgeModel = BartAttentionBridgeModel
+BartBridgeForConditionalGeneration = BartAttentionBridgeForConditionalGeneration
 
 __all__ = [
     "AttentionBridge",
+    "BartAttentionBridgeForConditionalGeneration",
+    "BartAttentionBridgeModel",
     "BartBridgeForConditionalGeneration",
     "BartBridgeModel",
+    "M2M100AttentionBridgeForConditionalGeneration",
+    "M2M100AttentionBridgeModel",
+    "MBartAttentionBridgeForConditionalGeneration",
+    "MBartAttentionBridgeModel",
+    "MarianAttentionBridgeForConditionalGeneration",
+    "MarianAttentionBridgeModel",
     "MarianBridgeForConditionalGeneration",
     "MarianBridgeModel",
+    "T5AttentionBridgeForConditionalGeneration",
+    "T5AttentionBridgeModel",
 ]

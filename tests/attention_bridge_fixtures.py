@@ -1,4 +1,4 @@
-"""Tiny stock Marian and BART checkpoints and seq2seq batches for the attention-bridge tests."""
+"""Tiny stock Marian, BART, mBART, M2M100 and T5 checkpoints and seq2seq batches for the attention-bridge tests."""
 
 import torch
 from transformers import MarianConfig, MarianMTModel
@@ -56,3 +56,47 @@ def build_stock_bart(folder):
     model = BartForConditionalGeneration(BartConfig(**config, bos_token_id=0))
     model.save_pretrained(folder)
     return model
+
+
+TINY_BART = {k: v for k, v in TINY_MARIAN.items() if k != "decoder_vocab_size"}
+TINY_T5 = dict(
+    vocab_size=64,
+    d_model=32,
+    d_kv=8,
+    d_ff=64,
+    num_layers=2,
+    num_heads=4,
+    relative_attention_num_buckets=8,
+    relative_attention_max_distance=16,
+    pad_token_id=PAD,
+    decoder_start_token_id=PAD,
+    eos_token_id=1,
+)
+
+
+def _build(folder, model_class, config):
+    torch.manual_seed(0)
+    model = model_class(config)
+    model.save_pretrained(folder)
+    return model
+
+
+def build_stock_mbart(folder):
+    from transformers import MBartConfig, MBartForConditionalGeneration
+
+    return _build(folder, MBartForConditionalGeneration, MBartConfig(**TINY_BART, bos_token_id=0))
+
+
+def build_stock_m2m100(folder):
+    from transformers import M2M100Config, M2M100ForConditionalGeneration
+
+    # decoding starts with a token other than the padding (as NLLB's, which starts with </s>): M2M100 counts positions
+    # from the non-padding tokens, so a padding start token would put cached and uncached decoding at other positions
+    config = M2M100Config(**{**TINY_BART, "decoder_start_token_id": 0}, bos_token_id=0)
+    return _build(folder, M2M100ForConditionalGeneration, config)
+
+
+def build_stock_t5(folder):
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    return _build(folder, T5ForConditionalGeneration, T5Config(**TINY_T5))

@@ -2,8 +2,8 @@
 """Speed and memory of each attention-bridge layer type as ratios to the stock Marian model, in the same run, and
 the decoder's cross-attention cost with a fixed-length bridge against the full source memory at long sources.
 
-    python benchmarks/bench_marian_bridge.py            # both tables
-    python benchmarks/bench_marian_bridge.py --quick    # fewer steps
+    python benchmarks/bench_attention_bridge.py            # both tables
+    python benchmarks/bench_attention_bridge.py --quick    # fewer steps
 
 Shape: opus-mt-like Marian (d_model 512, 6 + 6 layers, 8 heads, FFN 2048) with an 8,000-token vocabulary (the cost
 of the vocabulary is the same with or without a bridge), random weights; bridges with the toolkit's defaults (fixed
@@ -42,12 +42,12 @@ LAYERS = ["lin", "simple", "perceiver", "transformer", "feedforward"]
 def build(name: str):
     from transformers import MarianConfig, MarianMTModel
 
-    from interlayer import MarianBridgeConfig, MarianBridgeForConditionalGeneration
+    from interlayer import MarianAttentionBridgeConfig, MarianAttentionBridgeForConditionalGeneration
 
     torch.manual_seed(0)
     if name == "stock":
         return MarianMTModel(MarianConfig(**SHAPE))
-    return MarianBridgeForConditionalGeneration(MarianBridgeConfig(**SHAPE, bridge_layers=[name]))
+    return MarianAttentionBridgeForConditionalGeneration(MarianAttentionBridgeConfig(**SHAPE, bridge_layers=[name]))
 
 
 def worker(name: str, steps: int, decoding: bool, source: int) -> dict:

@@ -1,11 +1,29 @@
 """The zoo's conformance suite on attention bridges: fixed-length (lin; perceiver over a transformer layer with
-RMSNorm) and variable-length (transformer and feed-forward) bridges on Marian, and a simple bridge with two language
-decoders on BART."""
+RMSNorm) and variable-length (transformer and feed-forward) bridges on Marian, a simple bridge with two language
+decoders on BART, and one bridge on each of mBART, M2M100 (NLLB's architecture) and T5."""
 
+from attention_bridge_fixtures import (
+    TINY_BART,
+    TINY_BRIDGE,
+    TINY_MARIAN,
+    TINY_T5,
+    build_stock_bart,
+    build_stock_m2m100,
+    build_stock_marian,
+    build_stock_mbart,
+    build_stock_t5,
+    source_batch,
+    target_labels,
+)
 from gpt2_fixtures import build_bert
-from marian_fixtures import TINY_BRIDGE, TINY_MARIAN, build_stock_bart, build_stock_marian, source_batch, target_labels
 
-from interlayer import BartBridgeForConditionalGeneration, MarianBridgeForConditionalGeneration
+from interlayer import (
+    BartAttentionBridgeForConditionalGeneration,
+    M2M100AttentionBridgeForConditionalGeneration,
+    MarianAttentionBridgeForConditionalGeneration,
+    MBartAttentionBridgeForConditionalGeneration,
+    T5AttentionBridgeForConditionalGeneration,
+)
 from interlayer.testing import ConformanceCase, ConformanceSuite
 
 BRIDGE_CONFIG_ERRORS = [
@@ -24,7 +42,13 @@ BRIDGE_CONFIG_ERRORS = [
 ]
 
 
-def bridge_case(active_options, model_class=MarianBridgeForConditionalGeneration, build_stock=build_stock_marian):
+def bridge_case(
+    active_options,
+    model_class=MarianAttentionBridgeForConditionalGeneration,
+    build_stock=build_stock_marian,
+    tiny=TINY_MARIAN,
+    lora_targets=("q_proj", "v_proj"),
+):
     return ConformanceCase(
         build_stock=build_stock,
         model_class=model_class,
@@ -34,8 +58,8 @@ def bridge_case(active_options, model_class=MarianBridgeForConditionalGeneration
         make_batch=source_batch,
         labels=target_labels,
         wrong_architecture=build_bert,
-        config_errors=[({**TINY_MARIAN, **TINY_BRIDGE, **o}, p) for o, p in BRIDGE_CONFIG_ERRORS],
-        lora_targets=["q_proj", "v_proj"],
+        config_errors=[({**tiny, **TINY_BRIDGE, **o}, p) for o, p in BRIDGE_CONFIG_ERRORS],
+        lora_targets=list(lora_targets),
     )
 
 
@@ -57,4 +81,24 @@ class TestVariableLengthBridgeConformance(ConformanceSuite):
 class TestBartSimpleBridgeConformance(ConformanceSuite):
     def make_case(self):
         options = dict(bridge_layers=["simple"], decoder_languages=["de"])
-        return bridge_case(options, BartBridgeForConditionalGeneration, build_stock_bart)
+        return bridge_case(options, BartAttentionBridgeForConditionalGeneration, build_stock_bart, TINY_BART)
+
+
+class TestMBartLinBridgeConformance(ConformanceSuite):
+    def make_case(self):
+        options = dict(bridge_layers=["lin"], decoder_languages=["de"])
+        return bridge_case(options, MBartAttentionBridgeForConditionalGeneration, build_stock_mbart, TINY_BART)
+
+
+class TestM2M100PerceiverBridgeConformance(ConformanceSuite):
+    def make_case(self):
+        options = dict(bridge_layers=["transformer", "perceiver"], decoder_languages=["de"])
+        return bridge_case(options, M2M100AttentionBridgeForConditionalGeneration, build_stock_m2m100, TINY_BART)
+
+
+class TestT5BridgeConformance(ConformanceSuite):
+    def make_case(self):
+        options = dict(bridge_layers=["transformer", "simple"], bridge_norm="rmsnorm", decoder_languages=["de"])
+        return bridge_case(
+            options, T5AttentionBridgeForConditionalGeneration, build_stock_t5, TINY_T5, lora_targets=("q", "v")
+        )

@@ -1,13 +1,15 @@
 """Attention bridges beyond the conformance suite: the layers' equations, padding, fixed-length memory, language
 decoders, generation, statistics and the attention image."""
 
+import os
+
 import numpy as np
 import pytest
 import torch
-from marian_fixtures import PAD, TINY_BRIDGE, build_stock_marian, source_batch
+from attention_bridge_fixtures import PAD, TINY_BRIDGE, build_stock_marian, source_batch
 from torch.nn import functional as F
 
-from interlayer import MarianBridgeForConditionalGeneration
+from interlayer import MarianAttentionBridgeForConditionalGeneration
 from interlayer.inspect import draw_slot_attention
 from interlayer.models.configuration_attention_bridge import BRIDGE_LAYER_TYPES
 
@@ -20,7 +22,7 @@ def stock(tmp_path_factory):
 
 def bridged(folder, **options):
     torch.manual_seed(0)
-    return MarianBridgeForConditionalGeneration.from_pretrained(folder, **{**TINY_BRIDGE, **options}).eval()
+    return MarianAttentionBridgeForConditionalGeneration.from_pretrained(folder, **{**TINY_BRIDGE, **options}).eval()
 
 
 def encoder_output(model, batch):
@@ -132,7 +134,7 @@ def test_language_decoders_start_as_the_stock_decoder_and_are_chosen_per_batch(s
         assert not torch.allclose(fr, de)
         torch.testing.assert_close(model(**batch, tgt_lang=torch.tensor([1, 1, 1])).logits, fr)
     model.save_pretrained(tmp_path / "saved")  # a trained language decoder is kept, not copied again from the first
-    loaded = MarianBridgeForConditionalGeneration.from_pretrained(tmp_path / "saved").eval()
+    loaded = MarianAttentionBridgeForConditionalGeneration.from_pretrained(tmp_path / "saved").eval()
     with torch.no_grad():
         torch.testing.assert_close(loaded(**batch, tgt_lang="fr").logits, fr)
     with pytest.raises(ValueError, match=r"tgt_lang.*one of \['de', 'fr', 'es'\].*'it'"):
@@ -181,7 +183,10 @@ def test_slot_statistics_and_attention_image(stock, tmp_path):
     with torch.no_grad():
         model(**batch)
     stats = model.mechanism_stats()
-    assert 0 < stats["eval/bridge/L1/lin/slot_entropy"] < 0.9 and 0 < stats["eval/bridge/L1/lin/coverage"] <= 1
+    assert (
+        0 < stats["eval/attention_bridge/L1/lin/slot_entropy"] < 0.9
+        and 0 < stats["eval/attention_bridge/L1/lin/coverage"] <= 1
+    )
     attention = model.bridge_attention(batch["input_ids"], batch["attention_mask"])
     assert attention.shape == (3, 5, 12)
     torch.testing.assert_close(attention.sum(-1), torch.ones(3, 5))
@@ -203,7 +208,7 @@ def test_convert_infers_the_translation_task_and_reports_new_tensors(stock):
     model, report = convert(
         stock[0], "attention-bridge", bridge_layers=["simple"], decoder_languages=["de", "fr"], **TINY_BRIDGE
     )
-    assert report.entry.task == "translation" and isinstance(model, MarianBridgeForConditionalGeneration)
+    assert report.entry.task == "translation" and isinstance(model, MarianAttentionBridgeForConditionalGeneration)
     assert report.new_mechanism_keys and not report.unexpected_keys
     assert all("encoder.bridge." in k or "language_decoders.fr." in k for k in report.new_mechanism_keys)
     torch.testing.assert_close(
@@ -211,22 +216,196 @@ def test_convert_infers_the_translation_task_and_reports_new_tensors(stock):
     )
 
 
-def test_bart_language_decoders_generate_with_the_cached_bridge(tmp_path):
-    from marian_fixtures import build_stock_bart
+def stock_families():
+    """Per family: the stock checkpoint builder, the stock base class and the zoo base and LM classes."""
+    from attention_bridge_fixtures import build_stock_bart, build_stock_m2m100, build_stock_mbart, build_stock_t5
+    from transformers import BartModel, M2M100Model, MBartModel, T5Model
 
-    from interlayer import BartBridgeForConditionalGeneration
+    import interlayer as il
 
-    stock = build_stock_bart(str(tmp_path / "bart")).eval()
-    model = BartBridgeForConditionalGeneration.from_pretrained(
-        tmp_path / "bart", bridge_layers=["perceiver"], decoder_languages=["de", "fr"], **TINY_BRIDGE
-    ).eval()
-    decoders = model.model.language_decoders
-    for name, tensor in stock.model.decoder.state_dict().items():
-        torch.testing.assert_close(decoders["fr"].state_dict()[name], tensor, rtol=0, atol=0)
-    assert decoders["fr"].embed_tokens.weight.data_ptr() == model.model.shared.weight.data_ptr()
-    with torch.no_grad():
-        decoders["fr"].layers[0].fc1.weight.mul_(4.0)
+    return {
+        "bart": (
+            build_stock_bart,
+            BartModel,
+            il.BartAttentionBridgeModel,
+            il.BartAttentionBridgeForConditionalGeneration,
+        ),
+        "mbart": (
+            build_stock_mbart,
+            MBartModel,
+            il.MBartAttentionBridgeModel,
+            il.MBartAttentionBridgeForConditionalGeneration,
+        ),
+        "m2m_100": (
+            build_stock_m2m100,
+            M2M100Model,
+            il.M2M100AttentionBridgeModel,
+            il.M2M100AttentionBridgeForConditionalGeneration,
+        ),
+        "t5": (build_stock_t5, T5Model, il.T5AttentionBridgeModel, il.T5AttentionBridgeForConditionalGeneration),
+    }
+
+
+@pytest.mark.parametrize("family", ["mbart", "m2m_100", "t5"])
+def test_base_model_loads_every_stock_weight_and_starts_as_the_stock_model(family, tmp_path):
+    """The base-model cell of each new family: a stock base checkpoint converts with every weight loaded and none
+    unused, and an identity bridge computes the stock encoder-decoder's output, padded and unpadded."""
+    build_stock, stock_base_class, base_class, _ = stock_families()[family]
+    lm = build_stock(str(tmp_path / "lm"))
+    stock = stock_base_class(lm.config).eval()
+    stock.load_state_dict(lm.state_dict(), strict=False)  # the LM's body (T5's top-level names, BART's `model.`)
+    if family != "t5":
+        stock.load_state_dict(lm.model.state_dict())
+    stock.save_pretrained(tmp_path / "base")
+    options = dict(TINY_BRIDGE, bridge_layers=["transformer", "transformer"], identity_init=True)
+    model, info = base_class.from_pretrained(tmp_path / "base", output_loading_info=True, **options)
+    model.eval()
+    assert not info["unexpected_keys"], info["unexpected_keys"]
+    assert info["missing_keys"] and all("encoder.bridge." in k for k in info["missing_keys"]), info["missing_keys"]
+    for name, tensor in stock.state_dict().items():
+        torch.testing.assert_close(model.state_dict()[name], tensor, rtol=0, atol=0, msg=name)
     batch = source_batch()
+    with torch.no_grad():
+        for inputs in (batch, {k: v for k, v in batch.items() if k != "attention_mask"}):
+            torch.testing.assert_close(model(**inputs).last_hidden_state, stock(**inputs).last_hidden_state)
+        active = base_class.from_pretrained(tmp_path / "base", **dict(options, identity_init=False)).eval()
+        diff = active(**batch).last_hidden_state - stock(**batch).last_hidden_state
+        assert diff.abs().max() > 1e-6  # the identity check above can fail
+
+
+@pytest.mark.parametrize("family", ["bart", "t5"])
+def test_the_bridge_initialises_with_the_family_std(family, tmp_path):
+    """The bridge's own init in every family: T5's stock init knows no plain Linear (it would leave them as built, or
+    give them std `initializer_factor` = 1), so the bridge's tensors get `bridge_init_std`: BART's `init_std`, T5's
+    `initializer_factor * d_model ** -0.5`."""
+    build_stock, _, _, lm_class = stock_families()[family]
+    build_stock(str(tmp_path / "stock"))
+    torch.manual_seed(0)
+    options = dict(TINY_BRIDGE, bridge_layers=["perceiver", "lin"], bridge_hidden_size=256, bridge_fixed_length=64)
+    bridge = lm_class.from_pretrained(tmp_path / "stock", **options).seq2seq.encoder.bridge
+    expected = 0.02 if family == "bart" else 32**-0.5
+    perceiver, lin = bridge.layers
+    for weight in (lin.w1.weight, lin.w2.weight, perceiver.latents, perceiver.cross_attn.q_proj.weight):
+        assert abs(weight.std().item() / expected - 1) < 0.1, (family, weight.std().item(), expected)
+    assert torch.all(lin.w1.bias == 0) and torch.all(lin.norm.weight == 1) and torch.all(lin.norm.bias == 0)
+
+
+@pytest.mark.parametrize("family", ["bart", "mbart", "m2m_100", "t5"])
+def test_language_decoders_of_each_family_generate_with_the_cached_bridge(family, tmp_path):
+    build_stock, _, _, lm_class = stock_families()[family]
+    stock = build_stock(str(tmp_path / "stock")).eval()
+    model = lm_class.from_pretrained(
+        tmp_path / "stock", bridge_layers=["perceiver"], decoder_languages=["de", "fr"], **TINY_BRIDGE
+    ).eval()
+    owner = model.seq2seq
+    decoders = owner.language_decoders
+    stock_decoder = (stock if family == "t5" else stock.model).decoder
+    for name, tensor in stock_decoder.state_dict().items():
+        torch.testing.assert_close(decoders["fr"].state_dict()[name], tensor, rtol=0, atol=0)
+    assert decoders["fr"].embed_tokens.weight.data_ptr() == owner.shared.weight.data_ptr()
+    batch = source_batch()
+    with torch.no_grad():
+        de = model(**batch, tgt_lang="de").logits
+        torch.testing.assert_close(model(**batch, tgt_lang="fr").logits, de)
+        torch.manual_seed(1)
+        for name, p in decoders["fr"].named_parameters():  # another decoder: new random matrices
+            if p.dim() == 2 and "embed_tokens" not in name:
+                p.normal_(std=0.5)
+        assert not torch.allclose(model(**batch, tgt_lang="fr").logits, de)
     inputs = {k: batch[k] for k in ("input_ids", "attention_mask")}
     kwargs = dict(max_new_tokens=8, do_sample=False, tgt_lang="fr", num_beams=2)
     assert torch.equal(model.generate(**inputs, **kwargs), model.generate(**inputs, **kwargs, use_cache=False))
+    assert not torch.equal(model.generate(**inputs, **kwargs), model.generate(**inputs, **dict(kwargs, tgt_lang="de")))
+
+
+OLD_AUTO_MAP = {  # what `save_pretrained` wrote before the attention bridges were renamed
+    "marian": {
+        "AutoConfig": "configuration_attention_bridge.MarianBridgeConfig",
+        "AutoModel": "modeling_attention_bridge.MarianBridgeModel",
+        "AutoModelForSeq2SeqLM": "modeling_attention_bridge.MarianBridgeForConditionalGeneration",
+    },
+    "bart": {
+        "AutoConfig": "configuration_attention_bridge.BartBridgeConfig",
+        "AutoModel": "modeling_attention_bridge.BartBridgeModel",
+        "AutoModelForSeq2SeqLM": "modeling_attention_bridge.BartBridgeForConditionalGeneration",
+    },
+}
+
+
+def save_as_before_the_rename(model, folder, family: str, architecture: str) -> None:
+    """A folder as the code before the rename saved it: model_type `<family>_bridge`, the old class names in
+    `architectures` and `auto_map` (the weights' names did not change)."""
+    import json
+
+    model.save_pretrained(folder)
+    path = folder / "config.json"
+    config = json.loads(path.read_text())
+    config.update(model_type=f"{family}_bridge", architectures=[architecture], auto_map=OLD_AUTO_MAP[family])
+    path.write_text(json.dumps(config))
+
+
+def test_a_model_saved_before_the_rename_loads_in_process_and_as_remote_code(stock, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
+
+    from interlayer import (
+        BartAttentionBridgeConfig,
+        BartAttentionBridgeModel,
+        MarianAttentionBridgeConfig,
+        MarianAttentionBridgeModel,
+        MarianBridgeConfig,
+        MarianBridgeForConditionalGeneration,
+    )
+
+    assert MarianBridgeForConditionalGeneration is MarianAttentionBridgeForConditionalGeneration  # the old name
+    assert MarianBridgeConfig is MarianAttentionBridgeConfig
+    model = bridged(stock[0], bridge_layers=["lin"], decoder_languages=["de", "fr"])
+    with torch.no_grad():
+        model.model.language_decoders["fr"].layers[0].fc1.weight.mul_(3.0)
+    folder = tmp_path / "old"
+    save_as_before_the_rename(model, folder, "marian", "MarianBridgeForConditionalGeneration")
+    batch = source_batch()
+    with torch.no_grad():
+        expected = model(**batch, tgt_lang="fr").logits
+
+    config = AutoConfig.from_pretrained(folder)
+    assert type(config) is MarianAttentionBridgeConfig and config.model_type == "marian_attention_bridge"
+    for load in (AutoModelForSeq2SeqLM.from_pretrained, MarianBridgeForConditionalGeneration.from_pretrained):
+        loaded = load(folder).eval()
+        assert type(loaded) is MarianAttentionBridgeForConditionalGeneration
+        with torch.no_grad():
+            torch.testing.assert_close(loaded(**batch, tgt_lang="fr").logits, expected)
+    assert type(AutoModel.from_pretrained(folder)) is MarianAttentionBridgeModel
+    loaded.save_pretrained(tmp_path / "again")  # a re-save writes the new names
+    saved = json.loads((tmp_path / "again" / "config.json").read_text())
+    assert saved["model_type"] == "marian_attention_bridge"
+    assert saved["auto_map"]["AutoModelForSeq2SeqLM"].endswith(".MarianAttentionBridgeForConditionalGeneration")
+
+    torch.save(batch, tmp_path / "batch.pt")
+    script = f"""
+import sys
+sys.modules["interlayer"] = None  # the package must not be needed
+import torch, transformers
+model = transformers.AutoModelForSeq2SeqLM.from_pretrained({str(folder)!r}, trust_remote_code=True).eval()
+assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
+with torch.no_grad():
+    torch.save(model(**torch.load({str(tmp_path / "batch.pt")!r}), tgt_lang="fr").logits, {str(tmp_path / "out.pt")!r})
+"""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf_home"), "PYTHONPATH": ""}
+    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    torch.testing.assert_close(torch.load(tmp_path / "out.pt"), expected)
+
+    from attention_bridge_fixtures import build_stock_bart
+
+    build_stock_bart(str(tmp_path / "bart"))
+    base = BartAttentionBridgeModel.from_pretrained(tmp_path / "bart", bridge_layers=["simple"], **TINY_BRIDGE).eval()
+    save_as_before_the_rename(base, tmp_path / "old_bart", "bart", "BartBridgeModel")
+    assert type(AutoConfig.from_pretrained(tmp_path / "old_bart")) is BartAttentionBridgeConfig
+    reloaded = AutoModel.from_pretrained(tmp_path / "old_bart").eval()
+    assert type(reloaded) is BartAttentionBridgeModel
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(**batch).last_hidden_state, base(**batch).last_hidden_state)
