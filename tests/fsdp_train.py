@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bridge_fixtures import ROBERTA_ACTIVE, build_stock_roberta, pair_batch  # noqa: E402
 from gpt2_fixtures import build_stock_gpt2, lm_batch  # noqa: E402
 from hc_fixtures import build_stock_llama  # noqa: E402
-from marian_fixtures import TINY_BRIDGE, build_stock_marian, source_batch, target_labels  # noqa: E402
+from attention_bridge_fixtures import TINY_BRIDGE, build_stock_marian, source_batch, target_labels  # noqa: E402
 from multiprocess_train import GATED, NO_DROPOUT  # noqa: E402
 
 import interlayer  # noqa: E402
@@ -98,9 +98,9 @@ CASES = {
         bridge_units,
     ),
     "sentinel_gpt2": (build_stock_gpt2, interlayer.GPT2SentinelLMHeadModel, GATED, lm_rows, gated_units),
-    "marian_bridge": (
+    "marian_attention_bridge": (
         build_stock_marian,
-        interlayer.MarianBridgeForConditionalGeneration,
+        interlayer.MarianAttentionBridgeForConditionalGeneration,
         dict(bridge_layers=["transformer", "perceiver"], **TINY_BRIDGE, **NO_DROPOUT["marian"]),
         seq2seq_rows,
         None,

@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from bridge_fixtures import TINY  # noqa: E402
 from hc_fixtures import build_stock_llama, build_stock_qwen3  # noqa: E402
-from marian_fixtures import build_stock_marian  # noqa: E402
+from attention_bridge_fixtures import build_stock_marian  # noqa: E402
 from snippets import code_blocks, not_run_reason  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,11 +41,6 @@ STANDINS = {
     "Qwen/Qwen3-0.6B": build_stock_qwen3,
     "HuggingFaceTB/SmolLM2-135M": build_stock_llama,
     "Helsinki-NLP/opus-mt-en-de": build_stock_marian,
-}
-# snippets failing when this test was written, in pages edited elsewhere at the time: strict xfails, so that a fixed
-# snippet fails the suite until its entry is removed here (page name, first line of the block)
-FAILING_WHEN_WRITTEN = {
-    ("attention_bridges.md", 68): "`tokenizer` is never defined",
 }
 BLOCKS = [(page, line, code) for page in PAGES for _, line, code in code_blocks(page.read_text(), ("python",))]
 
@@ -74,16 +69,7 @@ def with_standins(code: str, workspace) -> str:
 
 
 PARAMS = [
-    pytest.param(
-        page,
-        line,
-        code,
-        id=f"{page.name}-line{line}",
-        marks=[pytest.mark.xfail(strict=True, reason=FAILING_WHEN_WRITTEN[page.name, line])]
-        if (page.name, line) in FAILING_WHEN_WRITTEN
-        else [],
-    )
-    for page, line, code in BLOCKS
+    pytest.param(page, line, code, id=f"{page.name}-line{line}") for page, line, code in BLOCKS
 ]
 
 

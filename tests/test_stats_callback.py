@@ -60,8 +60,8 @@ PICTURES = {
     "llama_latent": ["latent"],
     "qwen3_mhc": ["hc_res", "hc_composite_gain", "hc_pre_post"],
     "roberta_bridge": ["bridge_routing", "bridge_gates"],
-    "gated_gpt2": ["sentinel_gates"],
-    "marian_bridge": [],  # the slot picture needs a source sentence: interlayer inspect draws it
+    "sentinel_gpt2": ["sentinel_gates"],
+    "marian_attention_bridge": [],  # the slot picture needs a source sentence: interlayer inspect draws it
 }
 
 
