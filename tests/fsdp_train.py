@@ -24,10 +24,10 @@ from torch.distributed.tensor import DTensor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from attention_bridge_fixtures import TINY_BRIDGE, build_stock_marian, source_batch, target_labels  # noqa: E402
 from bridge_fixtures import ROBERTA_ACTIVE, build_stock_roberta, pair_batch  # noqa: E402
 from gpt2_fixtures import build_stock_gpt2, lm_batch  # noqa: E402
 from hc_fixtures import build_stock_llama  # noqa: E402
-from attention_bridge_fixtures import TINY_BRIDGE, build_stock_marian, source_batch, target_labels  # noqa: E402
 from multiprocess_train import GATED, NO_DROPOUT  # noqa: E402
 
 import interlayer  # noqa: E402

@@ -15,9 +15,9 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from attention_bridge_fixtures import build_stock_marian  # noqa: E402
 from bridge_fixtures import TINY  # noqa: E402
 from hc_fixtures import build_stock_llama, build_stock_qwen3  # noqa: E402
-from attention_bridge_fixtures import build_stock_marian  # noqa: E402
 from snippets import code_blocks, not_run_reason  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,9 +68,7 @@ def with_standins(code: str, workspace) -> str:
     return code
 
 
-PARAMS = [
-    pytest.param(page, line, code, id=f"{page.name}-line{line}") for page, line, code in BLOCKS
-]
+PARAMS = [pytest.param(page, line, code, id=f"{page.name}-line{line}") for page, line, code in BLOCKS]
 
 
 @pytest.mark.parametrize("page, line, code", PARAMS)
