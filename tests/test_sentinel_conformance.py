@@ -29,6 +29,8 @@ SENTINEL_CONFIG_ERRORS = [
     (dict(unet_skip_scale=-0.1), r"unet_skip_scale"),
     (dict(pruned_heads={9: [0]}), r"pruned_heads layer.*<= 3.*got 9"),
     (dict(pruned_heads={0: [7]}), r"pruned_heads\[0\] head.*<= 3.*got 7"),
+    (dict(pruned_heads={0: "a"}), r"`pruned_heads` maps layer indices to lists of head indices.*got \{0: 'a'\}"),
+    (dict(pruned_heads={"first": [0]}), r"`pruned_heads` maps layer indices.*got \{'first': \[0\]\}"),
     (dict(identity_init="yes"), r"identity_init"),
 ]
 

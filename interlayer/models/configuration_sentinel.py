@@ -5,7 +5,7 @@ from typing import ClassVar
 
 from transformers import BertConfig, GPT2Config, LlamaConfig, Qwen2Config, Qwen3Config, RobertaConfig
 
-from .zoo_common import ZooConfigFields, ZooConfigMixin, check_range, zoo_config
+from .zoo_common import ConfigError, ZooConfigFields, ZooConfigMixin, check_range, zoo_config
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -59,6 +59,25 @@ class SentinelFields(ZooConfigFields):
                 check_range(f"pruned_heads[{layer}] head", head, 0, self.num_attention_heads - 1)
 
 
+def canonical_pruned_heads(value) -> dict[int, list[int]]:
+    """`pruned_heads` as `{layer: sorted head indices}` (JSON turns the integer keys into strings), or a ValueError
+    naming the field for anything that is not a mapping of layer indices to lists of head indices."""
+
+    def index(x) -> int:
+        if isinstance(x, bool) or not isinstance(x, (int, str)) or not str(x).lstrip("-").isdigit():
+            raise ConfigError(
+                "`pruned_heads` maps layer indices to lists of head indices, such as {0: [1, 3], 5: [0]}; got "
+                f"{value!r}."
+            )
+        return int(x)
+
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(v, (list, tuple)) for v in value.values()):
+        index(None)
+    return {index(k): sorted({index(h) for h in v}) for k, v in value.items() if v}
+
+
 class SentinelConfigMixin:
     """Head bookkeeping shared by the sentinel configs (first among a config's bases): which query heads and which
     key/value heads each layer still has. A key/value head goes only when every query head of its group is pruned."""
@@ -69,8 +88,7 @@ class SentinelConfigMixin:
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
-        # JSON turns integer keys into strings; keep one canonical form
-        self.pruned_heads = {int(k): sorted(int(h) for h in v) for k, v in (self.pruned_heads or {}).items() if v}
+        self.pruned_heads = canonical_pruned_heads(self.pruned_heads)
 
     @property
     def num_kv_heads(self) -> int:
