@@ -339,7 +339,7 @@ class HyperConnection(nn.Module):
         self.mode = config.hc_mode
         self.streams = k
         self.sinkhorn_iters = config.sinkhorn_iters
-        self.fused = bool(getattr(config, "hc_fused", False))
+        self.fused = config.hc_fused
         self.pre = nn.Parameter(torch.empty(k))
         self.post = nn.Parameter(torch.empty(k))
         self.res = nn.Parameter(torch.empty(k, k))
