@@ -451,10 +451,21 @@ def quiet_transformers() -> None:
     transformers.logging.disable_progress_bar()
 
 
+TURN_DONE = "interlayer-bench: turn done"
+
+
+class _TurnReporter:
+    """The worker's side of the progress bar: one line on stderr per finished turn."""
+
+    def update(self, n: int = 1) -> None:
+        for _ in range(n):
+            print(TURN_DONE, file=sys.stderr, flush=True)
+
+
 def _worker_main(argv: list[str]) -> int:
     quiet_transformers()
     name, quick, rounds, steps, compiled = argv[0], argv[1] == "1", int(argv[2]), int(argv[3]), argv[4] == "1"
-    print(json.dumps(measure_case(name, quick, rounds, steps, compiled)))
+    print(json.dumps(measure_case(name, quick, rounds, steps, compiled, _TurnReporter())))
     return 0
 
 
@@ -501,13 +512,29 @@ def run_bench(
                 continue
             env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MALLOC_MMAP_THRESHOLD_": "65536"}
             args = [name, "1" if quick else "0", str(rounds), str(steps), "1" if compiled else "0"]
-            result = subprocess.run(
-                [sys.executable, "-m", "interlayer.bench", *args], capture_output=True, text=True, env=env
+            worker = subprocess.Popen(
+                [sys.executable, "-m", "interlayer.bench", *args],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
             )
-            if result.returncode:
-                raise RuntimeError(f"interlayer bench: case {name} failed:\n{result.stderr[-3000:]}")
-            records.append(json.loads(result.stdout.strip().splitlines()[-1]))
-            progress.update(turns_per_case(name, quick, rounds, compiled))
+            errors = []
+            for line in worker.stderr:  # the worker reports each finished turn on stderr
+                if line.strip() == TURN_DONE:
+                    progress.update(1)
+                else:
+                    errors.append(line)
+            output = worker.stdout.read()
+            if worker.wait():
+                raise RuntimeError(f"interlayer bench: case {name} failed:\n{''.join(errors)[-3000:]}")
+            records.append(json.loads(output.strip().splitlines()[-1]))
+            write_record(out, records, command, threads, quick, rounds, steps)  # what is done survives a stop
+    return write_record(out, records, command, threads, quick, rounds, steps)
+
+
+def write_record(out: Path, records: list[dict], command, threads: int, quick: bool, rounds: int, steps: int) -> dict:
+    """Write `bench.json` and `bench.md` for the cases measured so far; returns the record."""
     record = {
         "command": command or "interlayer bench " + " ".join(sys.argv[2:]),
         "machine": {**machine(), "threads": threads},
