@@ -329,14 +329,19 @@ def _stats(model_turns: list[float], stock_turns: list[float], higher_is_better:
     }
 
 
-def measure_case(name: str, quick: bool, rounds: int, steps: int, compiled: bool, progress=None) -> dict:
-    """Build the stock model and its converted model of `CASES[name]` and measure them in turns (see the module)."""
+def measure_case(
+    name: str, quick: bool, rounds: int, steps: int, compiled: bool, progress=None, layers: int | None = None
+) -> dict:
+    """Build the stock model and its converted model of `CASES[name]` and measure them in turns (see the module);
+    `layers` replaces the number of decoder layers of the Llama cases (the SmolLM2-135M shape has 30)."""
     import torch
 
     from .zoo import convert
 
     case = CASES[name]
     shape = TINY[case.family] if quick else FULL[case.family]
+    if layers is not None and case.family == "llama":
+        shape = {**shape, "num_hidden_layers": layers}
     (batch, seq), generation = (QUICK_INPUTS if quick else FULL_INPUTS)[case.family]
     options = case.quick_options if quick and case.quick_options else case.options
     with tempfile.TemporaryDirectory() as folder:
@@ -465,7 +470,8 @@ class _TurnReporter:
 def _worker_main(argv: list[str]) -> int:
     quiet_transformers()
     name, quick, rounds, steps, compiled = argv[0], argv[1] == "1", int(argv[2]), int(argv[3]), argv[4] == "1"
-    print(json.dumps(measure_case(name, quick, rounds, steps, compiled, _TurnReporter())))
+    layers = int(argv[5]) if argv[5] != "-" else None
+    print(json.dumps(measure_case(name, quick, rounds, steps, compiled, _TurnReporter(), layers)))
     return 0
 
 
@@ -479,6 +485,7 @@ def run_bench(
     threads: int = 2,
     in_process: bool = False,
     command: str | None = None,
+    layers: int | None = None,
 ) -> dict:
     """Measure `cases` (default: all), write `out/bench.json` and `out/bench.md`, return the record."""
     from tqdm.auto import tqdm
@@ -506,12 +513,12 @@ def run_bench(
                 previous = torch.get_num_threads()
                 torch.set_num_threads(threads)
                 try:
-                    records.append(measure_case(name, quick, rounds, steps, compiled, progress))
+                    records.append(measure_case(name, quick, rounds, steps, compiled, progress, layers))
                 finally:
                     torch.set_num_threads(previous)
                 continue
             env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MALLOC_MMAP_THRESHOLD_": "65536"}
-            args = [name, "1" if quick else "0", str(rounds), str(steps), "1" if compiled else "0"]
+            args = [name, "1" if quick else "0", str(rounds), str(steps), "1" if compiled else "0", str(layers or "-")]
             worker = subprocess.Popen(
                 [sys.executable, "-m", "interlayer.bench", *args],
                 stdout=subprocess.PIPE,

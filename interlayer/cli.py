@@ -109,6 +109,7 @@ def cmd_bench(args) -> int:
         compiled=args.compile,
         threads=args.threads,
         in_process=args.in_process,
+        layers=args.layers,
         command="interlayer bench " + " ".join(args.argv),
     )
     print((Path(args.out) / "bench.md").read_text())
@@ -229,6 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--steps", type=int, help="timed training steps per turn (default 2; quick 1)")
     bench.add_argument("--compile", action="store_true", help="also compiled training steps (torch.compile)")
     bench.add_argument("--threads", type=int, default=2)
+    bench.add_argument("--layers", type=int, help="decoder layers of the Llama cases (default: 30, SmolLM2-135M)")
     bench.add_argument("--in-process", action="store_true", help="no subprocess per case (memory figures shared)")
     bench.set_defaults(func=cmd_bench)
     return parser

@@ -339,12 +339,14 @@ class HyperConnection(nn.Module):
         self.mode = config.hc_mode
         self.streams = k
         self.sinkhorn_iters = config.sinkhorn_iters
-        self.fused = config.hc_fused
         self.pre = nn.Parameter(torch.empty(k))
         self.post = nn.Parameter(torch.empty(k))
         self.res = nn.Parameter(torch.empty(k, k))
         self.dynamic = self.mode == "dynamic" or (self.mode == "mhc" and config.mhc_dynamic)
         self.dynamic_tanh = self.mode == "dynamic" and config.hc_dynamic_tanh
+        # compiled where it wins: input-dependent mHC (Sinkhorn's rounds); dynamic HC's few operations cost less
+        # eagerly than a compiled call
+        self.fused = config.hc_fused and self.mode == "mhc" and self.dynamic
         if self.dynamic:
             if self.mode == "dynamic":  # per stream: RMSNorm(h_k) -> (pre_k, post_k, res[:, k])
                 self.dynamic_proj = nn.Linear(config.hidden_size, k + 2, bias=False)
@@ -416,8 +418,7 @@ class HyperConnection(nn.Module):
                 weight, base, scale = self._reused(self._dynamic_constants, None)
                 fused = self.fused and not torch.compiler.is_compiling()
                 if self.mode == "dynamic":
-                    fn = _compiled(_hc_dynamic_coefficients) if fused else _hc_dynamic_coefficients
-                    pre, post, res = fn(streams.float(), weight, base, scale, self.dynamic_tanh)
+                    pre, post, res = _hc_dynamic_coefficients(streams.float(), weight, base, scale, self.dynamic_tanh)
                 else:  # fused: one compiled graph (Sinkhorn's backward in it too, so nothing to recompute)
                     fn = _compiled(_mhc_coefficients) if fused else _mhc_coefficients
                     recompute = torch.is_grad_enabled() and not fused
