@@ -118,6 +118,7 @@ CASES = {
     "hc-dynamic": Case("hyper-connections", "llama", options=dict(hc_mode="dynamic", freeze_base=False)),
     "mhc": Case("hyper-connections", "llama", options=dict(hc_mode="mhc", freeze_base=False)),
     "mhc-static": Case("hyper-connections", "llama", options=dict(hc_mode="mhc", mhc_dynamic=False, freeze_base=False)),
+    "mhc-fused": Case("hyper-connections", "llama", options=dict(hc_mode="mhc", hc_fused=True, freeze_base=False)),
     "latent": Case("latent", "llama", options=dict(latent_source="previous_position", freeze_base=False)),
     "bridge-H9": Case("bridge", "bert", task="sequence-classification", preset="H9"),
     "bridge-hybrid": Case("bridge", "bert", task="sequence-classification", preset="hybrid"),
