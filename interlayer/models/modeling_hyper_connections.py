@@ -305,28 +305,18 @@ def _compiled(fn):
 _COMPILED: dict = {}
 
 
-def _mhc_coefficients(flat, weight, base, scale, k: int, iters: int, recompute_sinkhorn: bool = False):
-    """Input-dependent mHC coefficients from the flattened fp32 streams `[..., K*D]`: `base + scale * z` with
-    `z = Linear(RMSNorm(flat))` in one `addcmul`, then `sigmoid`, `2 sigmoid` and Sinkhorn-Knopp (with
-    `recompute_sinkhorn`, its iterations are recomputed in backward and only the logits saved)."""
-    z = torch.addcmul(base, nn.functional.linear(flat, weight) * _rms_scale(flat), scale)
-    pre_post = torch.sigmoid(z[..., : 2 * k])
-    pre, post = pre_post[..., :k], 2.0 * pre_post[..., k:]
-    logits = z[..., 2 * k :].unflatten(-1, (k, k))
+def _mhc_coefficients(flat, weight, pre, post, res, scale, k: int, iters: int, recompute_sinkhorn: bool = False):
+    """Input-dependent mHC coefficients from the flattened fp32 streams `[..., K*D]` and the fp32 parameters:
+    `z = Linear(RMSNorm(flat))` split into the three parts, each added to its static logits with its learned scale,
+    then `sigmoid`, `2 sigmoid` and Sinkhorn-Knopp (with `recompute_sinkhorn`, its iterations are recomputed in
+    backward and only the logits saved)."""
+    z = nn.functional.linear(flat, weight) * _rms_scale(flat)
+    pre = torch.sigmoid(pre + scale[0] * z[..., :k])
+    post = 2.0 * torch.sigmoid(post + scale[1] * z[..., k : 2 * k])
+    logits = res + scale[2] * z[..., 2 * k :].unflatten(-1, (k, k))
     if recompute_sinkhorn:
         return pre, post, checkpoint(sinkhorn_knopp, logits, iters, use_reentrant=False)
     return pre, post, sinkhorn_knopp(logits, iters)
-
-
-def _hc_dynamic_coefficients(streams, weight, base, scale, tanh: bool):
-    """Input-dependent HC coefficients from fp32 streams `[..., K, D]`: per stream `z = Linear(RMSNorm(h_k))`
-    (`[..., K, K + 2]`: pre_k, post_k, res[:, k]), optionally squashed by tanh, then `base + scale * z` in one
-    `addcmul` (`base` `[K, K + 2]` holds the static coefficients in that layout)."""
-    z = nn.functional.linear(streams, weight) * _rms_scale(streams)
-    if tanh:
-        z = torch.tanh(z)
-    z = torch.addcmul(base, z, scale)
-    return z[..., 0], z[..., 1], z[..., 2:].transpose(-1, -2)
 
 
 class HyperConnection(nn.Module):
@@ -389,19 +379,14 @@ class HyperConnection(nn.Module):
             self._frozen = (key, make())
         return self._frozen[1]
 
-    def _dynamic_constants(self):
-        """fp32 `(weight, base, scale)` of the input-dependent modes: the projection, and the static logits and the
-        learned scale of every output of the projection, in the projection's layout."""
-        k = self.streams
-        weight = self.dynamic_proj.weight.float()
-        pre, post, res, s = self.pre.float(), self.post.float(), self.res.float(), self.dynamic_scale.float()
-        if self.mode == "dynamic":  # [K, K + 2]: row k is (pre_k, post_k, res[:, k])
-            base = torch.cat([pre.unsqueeze(-1), post.unsqueeze(-1), res.mT], dim=-1)
-            scale = torch.cat([s[:2], s[2].expand(k)])
-        else:  # [K (K + 2)]: (pre, post, res flattened by rows)
-            base = torch.cat([pre, post, res.flatten()])
-            scale = torch.cat([s[0].expand(k), s[1].expand(k), s[2].expand(k * k)])
-        return weight, base, scale
+    def _dynamic_parts(self, streams: torch.Tensor):
+        """HC's per-stream input-dependent parts from fp32 streams: `Linear(RMSNorm(h_k))` (`[..., K, K + 2]`),
+        optionally squashed by tanh, split into pre, post and the columns of res."""
+        # RMSNorm(h_k) @ W^T == (h_k @ W^T) * rsqrt(mean(h_k^2)): no normalised copy of the streams is kept
+        z = nn.functional.linear(streams, self.dynamic_proj.weight.float()) * _rms_scale(streams)
+        if self.dynamic_tanh:
+            z = torch.tanh(z)
+        return z[..., 0], z[..., 1], z[..., 2:].transpose(-1, -2)
 
     def coefficients(self, streams: torch.Tensor):
         """`(H_pre [..., K], H_post [..., K], H_res [..., K, K])`: shapes `[K]` when static, `[batch, seq, K]`
@@ -414,21 +399,21 @@ class HyperConnection(nn.Module):
 
     def _coefficients(self, streams: torch.Tensor):
         with torch.autocast(device_type=streams.device.type, enabled=False):
-            if self.dynamic:
-                weight, base, scale = self._reused(self._dynamic_constants, None)
+            pre, post, res = self.pre.float(), self.post.float(), self.res.float()
+            if self.mode == "dynamic":
+                d_pre, d_post, d_res = self._dynamic_parts(streams.float())
+                scale = self.dynamic_scale.float()
+                pre, post, res = pre + scale[0] * d_pre, post + scale[1] * d_post, res + scale[2] * d_res
+            elif self.dynamic:  # fused: one compiled graph (Sinkhorn's backward in it too, so nothing to recompute)
                 fused = self.fused and not torch.compiler.is_compiling()
-                if self.mode == "dynamic":
-                    pre, post, res = _hc_dynamic_coefficients(streams.float(), weight, base, scale, self.dynamic_tanh)
-                else:  # fused: one compiled graph (Sinkhorn's backward in it too, so nothing to recompute)
-                    fn = _compiled(_mhc_coefficients) if fused else _mhc_coefficients
-                    recompute = torch.is_grad_enabled() and not fused
-                    flat = streams.float().flatten(-2)
-                    pre, post, res = fn(flat, weight, base, scale, self.streams, self.sinkhorn_iters, recompute)
-            else:
-                pre, post, res = self.pre.float(), self.post.float(), self.res.float()
-                if self.mode == "mhc":
-                    pre, post = torch.sigmoid(pre), 2.0 * torch.sigmoid(post)
-                    res = sinkhorn_knopp(res, self.sinkhorn_iters)
+                fn = _compiled(_mhc_coefficients) if fused else _mhc_coefficients
+                weight, scale = self.dynamic_proj.weight.float(), self.dynamic_scale.float()
+                recompute = torch.is_grad_enabled() and not fused
+                flat = streams.float().flatten(-2)
+                pre, post, res = fn(flat, weight, pre, post, res, scale, self.streams, self.sinkhorn_iters, recompute)
+            elif self.mode == "mhc":
+                pre, post = torch.sigmoid(pre), 2.0 * torch.sigmoid(post)
+                res = sinkhorn_knopp(res, self.sinkhorn_iters)
         dtype = streams.dtype
         return pre.to(dtype), post.to(dtype), res.to(dtype)
 
