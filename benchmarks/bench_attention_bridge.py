@@ -9,8 +9,8 @@ Shape: opus-mt-like Marian (d_model 512, 6 + 6 layers, 8 heads, FFN 2048) with a
 of the vocabulary is the same with or without a bridge), random weights; bridges with the toolkit's defaults (fixed
 length 50, hidden 2048, 8 heads, layernorm). Training step: forward + backward + AdamW on every parameter, batch 8,
 source and target 64 tokens, fp32, 2 threads, median step time and peak resident memory above what the process held
-before the steps, each configuration in its own subprocess (`harness.py`). Decoding: milliseconds per greedy decoding
-step with the KV cache after the source is encoded (batch 1; the difference between generating 33 and 1 tokens,
+before the steps, each configuration in its own subprocess (`interlayer.bench`). Decoding: milliseconds per greedy
+decoding step with the KV cache after the source is encoded (batch 1; the difference between generating 33 and 1 tokens,
 divided by 32), at source lengths 64, 1,024 and 4,096.
 """
 
@@ -18,7 +18,8 @@ import argparse
 import time
 
 import torch
-from harness import against_stock, emit, measure_training, print_step_table, run_worker
+
+from interlayer.bench import against_stock, emit, measure_training, print_step_table, run_worker
 
 SHAPE = dict(
     vocab_size=8000,

@@ -16,7 +16,7 @@ same shape (the cost does not depend on the values). Prints a markdown table; do
 
 import argparse
 
-from harness import emit, measure_steps, run_worker, saved_activation_bytes
+from interlayer.bench import emit, measure_steps, run_worker, saved_activation_bytes
 
 CONFIGS = {
     "stock": None,

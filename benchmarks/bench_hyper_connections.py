@@ -8,7 +8,7 @@
 
 Training step (forward + backward + AdamW on every parameter, fp32, 2 threads): median step time and peak resident
 memory above what the process held before the steps (weights, gradients and optimizer state excluded), each
-configuration in its own subprocess (see `harness.py`). Bytes saved for backward are not reported: the stream
+configuration in its own subprocess (see `interlayer.bench`). Bytes saved for backward are not reported: the stream
 recomputation replaces saved streams by handles through its own `saved_tensors_hooks`, which hide them.
 
 When the `hyper-connections` PyPI package is installed (`pip install hyper-connections`), its HC and mHC wrapped
@@ -24,10 +24,10 @@ import statistics
 import time
 
 import torch
-from harness import SMOLLM2_SHAPE, against_stock, emit, generation_speed, measure_steps, run_worker
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from interlayer.bench import SMOLLM2_SHAPE, against_stock, emit, generation_speed, measure_steps, run_worker
 from interlayer.models.modeling_hyper_connections import sinkhorn_knopp
 
 OURS = {

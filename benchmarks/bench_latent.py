@@ -7,7 +7,7 @@
 Training step (forward + backward + AdamW, fp32, 2 threads): the stock model trains every parameter; the latent
 model trains its projections and gates on a frozen base (its default) or everything (`freeze_base=False`). Median
 step time and peak resident memory above what the process held before the steps (weights, gradients and optimizer
-state excluded), each configuration in its own subprocess (see `harness.py`).
+state excluded), each configuration in its own subprocess (see `interlayer.bench`).
 
 Generation: greedy tokens/s with the KV cache (prompt 64, 32 new tokens, batch 1), best of 3, for each
 `latent_source`, and for `previous_position` also with its two passes run one after the other instead of as one
@@ -20,7 +20,16 @@ tables; docs/latent.md records them.
 import argparse
 
 import torch
-from harness import SMOLLM2_SHAPE, against_stock, emit, generation_speed, measure_training, print_step_table, run_worker
+
+from interlayer.bench import (
+    SMOLLM2_SHAPE,
+    against_stock,
+    emit,
+    generation_speed,
+    measure_training,
+    print_step_table,
+    run_worker,
+)
 
 TRAINING = {
     "stock": None,

@@ -17,7 +17,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from harness import run_once
+from interlayer.bench import run_once
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from huggingface_hub.errors import StrictDataclassError
 
@@ -108,6 +109,26 @@ def cmd_list(args) -> int:
     print("\nclasses:")
     for e in ZOO:
         print(f"  {e.mechanism:<19}{e.stock_model_type:<{width}}{e.task:<26}{e.model_class.__name__}")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from .bench import run_bench
+
+    record = run_bench(
+        cases=args.cases,
+        out=args.out,
+        quick=args.quick,
+        rounds=args.rounds,
+        steps=args.steps,
+        compiled=args.compile,
+        threads=args.threads,
+        in_process=args.in_process,
+        layers=args.layers,
+        command="interlayer bench " + " ".join(args.argv),
+    )
+    print((Path(args.out) / "bench.md").read_text())
+    print(f"{len(record['cases'])} cases; record in {Path(args.out) / 'bench.json'}")
     return 0
 
 
@@ -219,11 +240,26 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--epochs", type=float, default=DEFAULTS["epochs"])
     demo.add_argument("--batch-size", type=int, default=DEFAULTS["batch_size"])
     demo.set_defaults(func=cmd_demo)
+
+    bench = sub.add_parser(
+        "bench", help="every mechanism's overhead against its stock model, in one run (speed, memory)"
+    )
+    bench.add_argument("--cases", nargs="+", help="default: every case of interlayer.bench.CASES")
+    bench.add_argument("--out", default="bench", help="folder for bench.json and bench.md")
+    bench.add_argument("--quick", action="store_true", help="tiny shapes, one step per turn (a smoke test)")
+    bench.add_argument("--rounds", type=int, help="turns of each model between stock turns (default 3; quick 1)")
+    bench.add_argument("--steps", type=int, help="timed training steps per turn (default 2; quick 1)")
+    bench.add_argument("--compile", action="store_true", help="also compiled training steps (torch.compile)")
+    bench.add_argument("--threads", type=int, default=2)
+    bench.add_argument("--layers", type=int, help="decoder layers of the Llama cases (default: 30, SmolLM2-135M)")
+    bench.add_argument("--in-process", action="store_true", help="no subprocess per case (memory figures shared)")
+    bench.set_defaults(func=cmd_bench)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)[1:]
     try:
         return args.func(args)
     except (ValueError, OSError, ImportError, StrictDataclassError) as err:

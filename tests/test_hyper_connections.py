@@ -556,3 +556,64 @@ def test_exported_forward_equals_eager(stock_llama, options):
         model.train()
         exported = torch.export.export(model, (input_ids,), kwargs=dict(use_cache=False))
         torch.testing.assert_close(exported.module()(input_ids, use_cache=False).logits, model(input_ids).logits)
+
+
+# -- the fused (compiled) coefficient path and the cheaper internals ---------------------------------------------------
+
+
+def test_fused_coefficients_equal_the_eager_path(stock_llama, monkeypatch):
+    """`hc_fused=True` computes the input-dependent mHC coefficients (projection, sigmoids, Sinkhorn and its backward)
+    through one function compiled with `fullgraph=True` (inductor): the loss, every gradient and the statistics of a
+    training step equal those of the eager path, and the compiled function is what ran (one shape, one compilation:
+    a generation would compile two more)."""
+    from interlayer.models import modeling_hyper_connections as hc_module
+
+    calls = []
+
+    def counted(fn):
+        calls.append(fn.__name__)
+        return compiled(fn)
+
+    compiled = hc_module._compiled
+    monkeypatch.setattr(hc_module, "_compiled", counted)
+    batch = lm_batch(lengths=(12, 9))
+    batch["labels"] = lm_labels(batch)
+    results = []
+    for fused in (False, True):
+        model = randomised(stock_llama[0], freeze_base=False, hc_fused=fused).train()
+        out = model(**batch)
+        out.loss.backward()
+        results.append(
+            (out.loss, {n: p.grad for n, p in model.named_parameters()}, model.mechanism_stats(split="train"))
+        )
+    assert calls == ["_mhc_coefficients"] * 2 * model.config.num_hidden_layers
+    (loss, grads, stats), (fused_loss, fused_grads, fused_stats) = results
+    torch.testing.assert_close(fused_loss, loss)
+    for name, grad in grads.items():
+        torch.testing.assert_close(fused_grads[name], grad, msg=name)
+    assert fused_stats.keys() == stats.keys() and all(fused_stats[k] == pytest.approx(stats[k]) for k in stats)
+
+
+def test_composite_gain_prefix_scan_equals_the_sequential_products():
+    """The parallel scan behind the composite-gain statistics gives every prefix product `res[i] ... res[0]`."""
+    from interlayer.models.modeling_hyper_connections import CompositeGain
+
+    res = torch.randn(11, 3, 4, 4, dtype=torch.float64)
+    expected, product = [], None
+    for r in res:
+        product = r if product is None else r @ product
+        expected.append(product)
+    torch.testing.assert_close(CompositeGain.prefix_products(res), torch.stack(expected))
+
+
+def test_no_grad_forward_equals_the_training_path(stock_llama):
+    """Without grad the static maps are cached and the product takes a plain `matmul` without the sublayer-input copy:
+    the logits equal those of a forward with grad enabled (every mode)."""
+    input_ids = lm_batch()["input_ids"]
+    for options in MODES:
+        model = randomised(stock_llama[0], **options)
+        with torch.no_grad():
+            cached = model(input_ids).logits
+            again = model(input_ids).logits
+        torch.testing.assert_close(cached, model(input_ids).logits, msg=str(options))
+        assert torch.equal(again, cached)

@@ -1,0 +1,567 @@
+"""`interlayer bench`: every mechanism's overhead against its stock model, measured in the same run.
+
+For each case a stock checkpoint is built from a config in a temporary folder and converted with
+`interlayer.convert` (the public zoo classes, as a user gets them). Stock and converted model then take turns in
+one process: stock, model, stock, model, ..., stock (stock first and last, `rounds` turns of the model), each turn
+`steps` timed training steps (forward + backward + AdamW on the parameters that train) or one greedy generation
+with the KV cache. Every turn of the model is divided by the mean of the two stock turns around it, so a machine
+shared with other jobs disturbs both sides of a ratio alike; the record keeps every ratio, their median and their
+spread (min, max). Peak memory is the resident memory above what the process held before a turn (large blocks go
+straight to mmap in the worker, so freed tensors leave the process).
+
+    interlayer bench                        # every case at its full shape, 2 threads, one subprocess per case
+    interlayer bench --quick --in-process   # tiny shapes, one step (what tests/test_bench.py runs)
+    interlayer bench --cases mhc hc-static --rounds 5 --compile
+
+Writes `bench.json` (the machine, the command, every turn) and `bench.md` (the table) in `--out`. The helpers below
+are also what the scripts in `benchmarks/` use (each configuration in its own subprocess there).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+# SmolLM2-135M's shape (random weights: a step's cost does not depend on the values)
+SMOLLM2_SHAPE = dict(
+    hidden_size=576,
+    intermediate_size=1536,
+    num_hidden_layers=30,
+    num_attention_heads=9,
+    num_key_value_heads=3,
+    head_dim=64,
+    vocab_size=49152,
+    max_position_embeddings=2048,
+    rope_theta=100000.0,
+    rms_norm_eps=1e-5,
+    tie_word_embeddings=True,
+)
+MINILM_SHAPE = dict(
+    hidden_size=384,
+    num_hidden_layers=6,
+    num_attention_heads=12,
+    intermediate_size=1536,
+    vocab_size=30522,
+    max_position_embeddings=512,
+    num_labels=2,
+)
+GPT2_SMALL_SHAPE = dict(n_embd=384, n_layer=6, n_head=6, vocab_size=8192, n_positions=512)
+MARIAN_SMALL_SHAPE = dict(
+    vocab_size=8000,
+    decoder_vocab_size=8000,
+    d_model=256,
+    encoder_layers=3,
+    decoder_layers=3,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
+    encoder_ffn_dim=1024,
+    decoder_ffn_dim=1024,
+    max_position_embeddings=512,
+    pad_token_id=7999,
+    decoder_start_token_id=7999,
+    eos_token_id=1,
+    forced_eos_token_id=None,
+)
+TINY = {
+    "llama": dict(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        vocab_size=128,
+        max_position_embeddings=128,
+        tie_word_embeddings=True,
+    ),
+    "bert": dict(
+        hidden_size=32, num_hidden_layers=6, num_attention_heads=4, intermediate_size=64, vocab_size=128, num_labels=2
+    ),
+    "gpt2": dict(n_embd=32, n_layer=2, n_head=4, vocab_size=128, n_positions=128),
+    "marian": {
+        **MARIAN_SMALL_SHAPE,
+        **dict(vocab_size=64, decoder_vocab_size=64, d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64),
+        **dict(encoder_layers=2, decoder_layers=2, pad_token_id=63, decoder_start_token_id=63),
+    },
+}
+FULL = {"llama": SMOLLM2_SHAPE, "bert": MINILM_SHAPE, "gpt2": GPT2_SMALL_SHAPE, "marian": MARIAN_SMALL_SHAPE}
+# (batch, sequence) of a training step and (prompt length, new tokens) of a generation, per stock family
+FULL_INPUTS = {"llama": ((4, 256), (64, 32)), "bert": ((8, 128), None), "gpt2": ((4, 256), (64, 32))}
+FULL_INPUTS["marian"] = ((4, 64), (32, 16))
+QUICK_INPUTS = {family: ((2, 12), None if family == "bert" else (6, 3)) for family in FULL}
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One zoo model to measure against its stock model: `interlayer.convert(stock, mechanism, task, preset,
+    **options)` on a stock checkpoint of `family`."""
+
+    mechanism: str
+    family: str
+    task: str | None = None
+    preset: str | None = None
+    options: dict = dataclasses.field(default_factory=dict)
+    quick_options: dict = dataclasses.field(default_factory=dict)  # replaces `options` at the tiny shapes
+
+
+CASES = {
+    "hc-static": Case("hyper-connections", "llama", options=dict(hc_mode="static", freeze_base=False)),
+    "hc-dynamic": Case("hyper-connections", "llama", options=dict(hc_mode="dynamic", freeze_base=False)),
+    "mhc": Case("hyper-connections", "llama", options=dict(hc_mode="mhc", freeze_base=False)),
+    "mhc-static": Case("hyper-connections", "llama", options=dict(hc_mode="mhc", mhc_dynamic=False, freeze_base=False)),
+    "mhc-fused": Case("hyper-connections", "llama", options=dict(hc_mode="mhc", hc_fused=True, freeze_base=False)),
+    "latent": Case("latent", "llama", options=dict(latent_source="previous_position", freeze_base=False)),
+    "bridge-H9": Case("bridge", "bert", task="sequence-classification", preset="H9"),
+    "bridge-hybrid": Case("bridge", "bert", task="sequence-classification", preset="hybrid"),
+    "sentinel": Case("sentinel", "gpt2"),
+    "attention-bridge": Case(
+        "attention-bridge",
+        "marian",
+        options=dict(bridge_fixed_length=16, bridge_hidden_size=512, bridge_heads=8),
+        quick_options=dict(bridge_fixed_length=5, bridge_hidden_size=48, bridge_heads=4),
+    ),
+}
+
+
+# -- measuring: memory, steps, generation --------------------------------------------------------------------------
+
+
+def proc_status_bytes(key: str) -> int:
+    """A memory figure of this process from /proc/self/status (`VmHWM` peak, `VmRSS` current); 0 where absent."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def reset_peak_rss() -> None:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def saved_activation_bytes(forward: Callable[[], object]) -> int:
+    """Bytes autograd keeps for backward during `forward()` (which returns the loss; it is backpropagated and the
+    graph freed), each storage counted once."""
+    import torch
+
+    saved = {}
+
+    def pack(t):
+        saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = forward()
+    loss.backward()
+    return sum(saved.values())
+
+
+def measure_steps(step: Callable[[], None], steps: int, warmup: int = 1) -> dict:
+    """Median time of `steps` calls of `step` after `warmup`, and the peak resident memory above the memory held
+    before them."""
+    for _ in range(warmup):
+        step()
+    base = proc_status_bytes("VmRSS")
+    reset_peak_rss()
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return {"step_s": statistics.median(times), "peak_rss_mb": max(0, proc_status_bytes("VmHWM") - base) / 2**20}
+
+
+def training_step(model, inputs: dict) -> Callable[[], None]:
+    """Forward (`model(**inputs).loss`) + backward + AdamW on the parameters that train, as one callable."""
+    import torch
+
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
+    model.train()
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        model(**inputs).loss.backward()
+        optimizer.step()
+
+    return step
+
+
+def measure_training(model, steps: int, **inputs) -> dict:
+    """`measure_steps` of `training_step(model, inputs)`."""
+    return measure_steps(training_step(model, inputs), steps)
+
+
+def generation_seconds(model, prompt, new_tokens: int) -> float:
+    """Seconds of one greedy `model.generate` with the KV cache, exactly `new_tokens` new tokens."""
+    import torch
+
+    kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        start = time.perf_counter()
+        model.generate(prompt, **kwargs)
+        return time.perf_counter() - start
+
+
+def generation_speed(model, prompt, new_tokens: int = 32, repeats: int = 3) -> float:
+    """Greedy tokens/s of `model.generate` with the KV cache (exactly `new_tokens` new tokens), best of `repeats`."""
+    return new_tokens / min(generation_seconds(model, prompt, new_tokens) for _ in range(repeats))
+
+
+# -- subprocess workers (benchmarks/) --------------------------------------------------------------------------------
+
+
+def emit(result: dict) -> None:
+    print(json.dumps(result))
+
+
+def run_worker(script: str, args: list[str], threads: int = 2, memory: bool = True) -> dict:
+    """Run `script args` in a subprocess on `threads` threads and return what it emitted (its last stdout line, JSON);
+    with `memory`, run it a second time under the mmap allocator and take `peak_rss_mb` from that run."""
+    results = []
+    for extra in ({}, {"MALLOC_MMAP_THRESHOLD_": "65536"})[: 2 if memory else 1]:
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads), **extra}
+        out = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, env=env)
+        if out.returncode:
+            raise RuntimeError(f"{script} {' '.join(args)} failed:\n{out.stderr[-3000:]}")
+        results.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    if memory:
+        results[0]["peak_rss_mb"] = results[1]["peak_rss_mb"]
+    return results[0]
+
+
+def against_stock(run_stock: Callable[[], dict], runs: Callable[[], list], key: str = "step_s", lower: bool = True):
+    """Measure the stock model first and last around `runs()` (the configurations) and take the better of the two as
+    the reference (a disturbed machine only slows). Returns `(reference, first, last, rows)`."""
+    first = run_stock()
+    rows = runs()
+    last = run_stock()
+    pick = min if lower else max
+    return pick(first, last, key=lambda r: r[key]), first, last, rows
+
+
+def print_step_table(reference: dict, rows: list[tuple[str, dict]], label: str = "model", name: str = "stock") -> None:
+    """The markdown table of step time and peak memory, each with its ratio to `reference`."""
+    print(f"| {label} | step (s) | step ratio | peak RSS (MB) | RSS ratio |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for row_name, r in [(name, reference), *rows]:
+        print(
+            f"| {row_name} | {r['step_s']:.2f} | {r['step_s'] / reference['step_s']:.2f}x | {r['peak_rss_mb']:.0f} | "
+            f"{r['peak_rss_mb'] / max(reference['peak_rss_mb'], 1):.2f}x |"
+        )
+
+
+def run_once(cmd: list[str], out_dir, report_only: bool = False) -> dict | None:
+    """A resumable run: unless `out_dir/results.json` exists, run `cmd` (which writes it), then add the wall time in
+    minutes to it. Returns the results, or None when they are absent and `report_only` forbids the run."""
+    summary_file = Path(out_dir) / "results.json"
+    if not summary_file.exists():
+        if report_only:
+            return None
+        start = time.perf_counter()
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        summary = json.loads(summary_file.read_text())
+        summary["minutes"] = (time.perf_counter() - start) / 60
+        summary_file.write_text(json.dumps(summary, indent=2))
+    return json.loads(summary_file.read_text())
+
+
+# -- the zoo harness --------------------------------------------------------------------------------------------------
+
+
+def build_stock(family: str, shape: dict, folder: str):
+    """A stock model of `family` with random weights (seed 0), saved in `folder`."""
+    import torch
+    import transformers
+
+    classes = {
+        "llama": ("LlamaConfig", "LlamaForCausalLM"),
+        "bert": ("BertConfig", "BertForSequenceClassification"),
+        "gpt2": ("GPT2Config", "GPT2LMHeadModel"),
+        "marian": ("MarianConfig", "MarianMTModel"),
+    }
+    config_name, model_name = classes[family]
+    torch.manual_seed(0)
+    model = getattr(transformers, model_name)(getattr(transformers, config_name)(**shape))
+    model.save_pretrained(folder)
+    return model
+
+
+def case_inputs(family: str, vocab: int, batch: int, seq: int) -> dict:
+    """Random training inputs of `family` (labels included), seed 0."""
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(2, vocab - 2, (batch, seq), generator=g)
+    if family == "bert":
+        return {"input_ids": ids, "labels": torch.arange(batch) % 2}
+    if family == "marian":
+        return {"input_ids": ids, "labels": torch.randint(2, vocab - 2, (batch, seq), generator=g)}
+    return {"input_ids": ids, "labels": ids}
+
+
+def _stats(model_turns: list[float], stock_turns: list[float], higher_is_better: bool = False) -> dict:
+    """Each model turn over the mean of the stock turns before and after it: every ratio, median, min and max."""
+    ratios = [m / ((a + b) / 2) for m, a, b in zip(model_turns, stock_turns, stock_turns[1:])]
+    if higher_is_better:
+        ratios = [1 / r for r in ratios]
+    return {
+        "stock": stock_turns,
+        "model": model_turns,
+        "ratios": ratios,
+        "median": statistics.median(ratios),
+        "min": min(ratios),
+        "max": max(ratios),
+    }
+
+
+def measure_case(
+    name: str, quick: bool, rounds: int, steps: int, compiled: bool, progress=None, layers: int | None = None
+) -> dict:
+    """Build the stock model and its converted model of `CASES[name]` and measure them in turns (see the module);
+    `layers` replaces the number of decoder layers of the Llama cases (the SmolLM2-135M shape has 30)."""
+    import torch
+
+    from .zoo import convert
+
+    case = CASES[name]
+    shape = TINY[case.family] if quick else FULL[case.family]
+    if layers is not None and case.family == "llama":
+        shape = {**shape, "num_hidden_layers": layers}
+    (batch, seq), generation = (QUICK_INPUTS if quick else FULL_INPUTS)[case.family]
+    options = case.quick_options if quick and case.quick_options else case.options
+    with tempfile.TemporaryDirectory() as folder:
+        stock = build_stock(case.family, shape, folder)
+        model, _ = convert(folder, mechanism=case.mechanism, task=case.task, preset=case.preset, **options)
+    vocab = shape["vocab_size"]
+    inputs = case_inputs(case.family, vocab, batch, seq)
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    record = {
+        "case": name,
+        "mechanism": case.mechanism,
+        "stock_class": type(stock).__name__,
+        "class": type(model).__name__,
+        "preset": case.preset,
+        "options": options,
+        "shape": shape,
+        "train_batch": [batch, seq],
+        "trainable_parameters": trainable,
+    }
+    modes = [("eager", stock, model)]
+    if compiled:
+        modes.append(("compiled", torch.compile(stock), torch.compile(model)))
+    for mode, stock_m, model_m in modes:
+        steppers = {"stock": training_step(stock_m, inputs), "model": training_step(model_m, inputs)}
+        for step in steppers.values():
+            step()  # warm-up (and compilation)
+        turns = {"stock": [], "model": []}
+        memory = {"stock": [], "model": []}
+        order = ["stock", *(["model", "stock"] * rounds)]
+        for who in order:
+            r = measure_steps(steppers[who], steps, warmup=0)
+            turns[who].append(r["step_s"])
+            memory[who].append(r["peak_rss_mb"])
+            if progress is not None:
+                progress.update(1)
+        record[f"train_{mode}"] = {
+            **_stats(turns["model"], turns["stock"]),
+            "peak_rss_mb": {who: statistics.median(v) for who, v in memory.items()},
+        }
+    if generation is not None:
+        prompt_length, new_tokens = generation
+        prompt = torch.randint(2, vocab - 2, (1, prompt_length), generator=torch.Generator().manual_seed(1))
+        models = {"stock": stock.eval(), "model": model.eval()}
+        for m in models.values():
+            generation_seconds(m, prompt, new_tokens)  # warm-up
+        turns = {"stock": [], "model": []}
+        for who in ["stock", *(["model", "stock"] * rounds)]:
+            turns[who].append(generation_seconds(models[who], prompt, new_tokens) / new_tokens)
+            if progress is not None:
+                progress.update(1)
+        record["decode_eager"] = {**_stats(turns["model"], turns["stock"]), "prompt": prompt_length, "new": new_tokens}
+    return record
+
+
+def turns_per_case(name: str, quick: bool, rounds: int, compiled: bool) -> int:
+    generation = (QUICK_INPUTS if quick else FULL_INPUTS)[CASES[name].family][1]
+    return (1 + 2 * rounds) * (1 + compiled + (generation is not None))
+
+
+def machine() -> dict:
+    import torch
+    import transformers
+
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "load_average": load,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+
+
+def _fmt(stats: dict | None) -> str:
+    if stats is None:
+        return "-"
+    return f"{stats['median']:.2f}x ({stats['min']:.2f}-{stats['max']:.2f})"
+
+
+def markdown_table(records: list[dict]) -> str:
+    """One row per case: the median ratio to stock (and its spread over the rounds) of the training step, its peak
+    memory and the time per generated token."""
+    lines = [
+        "| case | class | step ratio | compiled step ratio | stock step (s) | peak RSS ratio | time per token ratio |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in records:
+        train = r["train_eager"]
+        memory = train["peak_rss_mb"]
+        rss = f"{memory['model'] / memory['stock']:.2f}x" if memory["stock"] > 0 else "-"
+        lines.append(
+            f"| {r['case']} | {r['class']} | {_fmt(train)} | {_fmt(r.get('train_compiled'))} | "
+            f"{statistics.median(train['stock']):.3f} | {rss} | {_fmt(r.get('decode_eager'))} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def quiet_transformers() -> None:
+    """No loading bars and conversion notices between the progress bar's lines."""
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+
+
+TURN_DONE = "interlayer-bench: turn done"
+
+
+class _TurnReporter:
+    """The worker's side of the progress bar: one line on stderr per finished turn."""
+
+    def update(self, n: int = 1) -> None:
+        for _ in range(n):
+            print(TURN_DONE, file=sys.stderr, flush=True)
+
+
+def _worker_main(argv: list[str]) -> int:
+    quiet_transformers()
+    name, quick, rounds, steps, compiled = argv[0], argv[1] == "1", int(argv[2]), int(argv[3]), argv[4] == "1"
+    layers = int(argv[5]) if argv[5] != "-" else None
+    print(json.dumps(measure_case(name, quick, rounds, steps, compiled, _TurnReporter(), layers)))
+    return 0
+
+
+def run_bench(
+    cases: list[str] | None = None,
+    out: str | Path = "bench",
+    quick: bool = False,
+    rounds: int | None = None,
+    steps: int | None = None,
+    compiled: bool = False,
+    threads: int = 2,
+    in_process: bool = False,
+    command: str | None = None,
+    layers: int | None = None,
+) -> dict:
+    """Measure `cases` (default: all), write `out/bench.json` and `out/bench.md`, return the record."""
+    from tqdm.auto import tqdm
+
+    cases = list(cases or CASES)
+    for name in cases:
+        if name not in CASES:
+            raise ValueError(f"--cases: unknown case {name!r}; the cases are {', '.join(CASES)}")
+    rounds = rounds if rounds is not None else (1 if quick else 3)
+    steps = steps if steps is not None else (1 if quick else 2)
+    if rounds < 1 or steps < 1:
+        raise ValueError(f"--rounds and --steps must be >= 1, got rounds={rounds}, steps={steps}")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    records = []
+    if in_process:
+        quiet_transformers()
+    total = sum(turns_per_case(n, quick, rounds, compiled) for n in cases)
+    with tqdm(total=total, desc="interlayer bench", unit="turn") as progress:
+        for name in cases:
+            progress.set_postfix_str(name)
+            if in_process:
+                import torch
+
+                previous = torch.get_num_threads()
+                torch.set_num_threads(threads)
+                try:
+                    records.append(measure_case(name, quick, rounds, steps, compiled, progress, layers))
+                finally:
+                    torch.set_num_threads(previous)
+                continue
+            env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MALLOC_MMAP_THRESHOLD_": "65536"}
+            args = [name, "1" if quick else "0", str(rounds), str(steps), "1" if compiled else "0", str(layers or "-")]
+            worker = subprocess.Popen(
+                [sys.executable, "-m", "interlayer.bench", *args],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+            )
+            errors = []
+            for line in worker.stderr:  # the worker reports each finished turn on stderr
+                if line.strip() == TURN_DONE:
+                    progress.update(1)
+                else:
+                    errors.append(line)
+            output = worker.stdout.read()
+            if worker.wait():
+                raise RuntimeError(f"interlayer bench: case {name} failed:\n{''.join(errors)[-3000:]}")
+            records.append(json.loads(output.strip().splitlines()[-1]))
+            write_record(out, records, command, threads, quick, rounds, steps)  # what is done survives a stop
+    return write_record(out, records, command, threads, quick, rounds, steps)
+
+
+def write_record(out: Path, records: list[dict], command, threads: int, quick: bool, rounds: int, steps: int) -> dict:
+    """Write `bench.json` and `bench.md` for the cases measured so far; returns the record."""
+    record = {
+        "command": command or "interlayer bench " + " ".join(sys.argv[2:]),
+        "machine": {**machine(), "threads": threads},
+        "quick": quick,
+        "rounds": rounds,
+        "steps": steps,
+        "cases": records,
+    }
+    (out / "bench.json").write_text(json.dumps(record, indent=2))
+    m = record["machine"]
+    header = (
+        f"Measured {m['date']} on {m['cpu']} ({m['cores']} cores, {threads} threads), torch {m['torch']}, "
+        f"transformers {m['transformers']}, load average {m['load_average']}; `{record['command']}`. Ratios: each "
+        f"turn of the model over the mean of the stock turns around it, median (min-max) over {rounds} rounds of "
+        f"{steps} step(s).\n\n"
+    )
+    (out / "bench.md").write_text(header + markdown_table(records))
+    return record
+
+
+if __name__ == "__main__":
+    sys.exit(_worker_main(sys.argv[1:]))

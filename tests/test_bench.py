@@ -1,0 +1,73 @@
+"""`interlayer bench --quick`: one harness for the zoo writes a sane JSON record and markdown table (no timed
+assertion: only that every figure is there, positive and consistent with the turns it was computed from)."""
+
+import json
+import statistics
+
+import pytest
+
+from interlayer.bench import CASES
+from interlayer.cli import main
+
+FAMILY_CASES = ["hc-static", "bridge-H9", "sentinel", "attention-bridge"]  # one case per stock family
+
+
+def check_record(record, cases, rounds):
+    assert [r["case"] for r in record["cases"]] == cases
+    assert record["rounds"] == rounds and record["machine"]["threads"] == 2 and record["machine"]["torch"]
+    for r in record["cases"]:
+        assert r["mechanism"] == CASES[r["case"]].mechanism
+        phases = ["train_eager"] + (["decode_eager"] if CASES[r["case"]].family != "bert" else [])
+        assert sorted(k for k in r if k.endswith("_eager")) == sorted(phases), r["case"]
+        for phase in phases:
+            p = r[phase]
+            assert len(p["stock"]) == rounds + 1 and len(p["model"]) == len(p["ratios"]) == rounds
+            assert all(t > 0 for t in p["stock"] + p["model"])
+            expected = [m / ((a + b) / 2) for m, a, b in zip(p["model"], p["stock"], p["stock"][1:])]
+            assert p["ratios"] == pytest.approx(expected)
+            assert p["median"] == pytest.approx(statistics.median(expected))
+            assert p["min"] <= p["median"] <= p["max"]
+
+
+def test_quick_bench_writes_json_and_markdown_for_every_family(tmp_path, capsys):
+    out = tmp_path / "bench"
+    assert main(["bench", "--quick", "--in-process", "--rounds", "2", "--cases", *FAMILY_CASES, "--out", str(out)]) == 0
+    record = json.loads((out / "bench.json").read_text())
+    check_record(record, FAMILY_CASES, rounds=2)
+    assert (
+        record["command"]
+        == f"interlayer bench --quick --in-process --rounds 2 --cases {' '.join(FAMILY_CASES)} --out {out}"
+    )
+    classes = {r["case"]: r["class"] for r in record["cases"]}
+    assert classes == {
+        "hc-static": "LlamaMHCForCausalLM",
+        "bridge-H9": "BertBridgeForSequenceClassification",
+        "sentinel": "GatedGPT2LMHeadModel",
+        "attention-bridge": "MarianBridgeForConditionalGeneration",
+    }
+    table = (out / "bench.md").read_text()
+    rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line]
+    assert len(rows) == 1 + len(FAMILY_CASES)
+    for r, row in zip(record["cases"], rows[1:]):
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[:2] == [r["case"], r["class"]]
+        assert cells[2].startswith(f"{r['train_eager']['median']:.2f}x")
+        assert (
+            cells[6] == "-" if r["case"] == "bridge-H9" else cells[6].startswith(f"{r['decode_eager']['median']:.2f}x")
+        )
+    assert table in capsys.readouterr().out
+
+
+def test_bench_runs_a_case_in_its_own_process(tmp_path):
+    """The default: each case in a subprocess with its own memory (its peak resident memory is measured)."""
+    out = tmp_path / "bench"
+    assert main(["bench", "--quick", "--cases", "hc-static", "--out", str(out)]) == 0
+    record = json.loads((out / "bench.json").read_text())
+    check_record(record, ["hc-static"], rounds=1)
+    assert record["cases"][0]["train_eager"]["peak_rss_mb"]["model"] > 0
+
+
+def test_bench_refuses_an_unknown_case(tmp_path, capsys):
+    assert main(["bench", "--quick", "--cases", "mhc", "nope", "--out", str(tmp_path)]) == 2
+    assert "unknown case 'nope'" in capsys.readouterr().err
+    assert not (tmp_path / "bench.json").exists()
