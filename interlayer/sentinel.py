@@ -17,10 +17,14 @@ def _attentions(model):
     return _unwrap(model).gated_attentions
 
 
-def _batches(batches: Iterable[dict] | None, needed: str) -> list[dict]:
+def _batches(batches: Iterable[dict] | None, needed: str):
+    """The batches a data-driven strategy scores heads on, with a progress bar on a terminal."""
+    from tqdm.auto import tqdm
+
     if batches is None:
         raise ValueError(f"strategy {needed!r} needs batches of inputs (input_ids, attention_mask, labels)")
-    return list(batches)
+    batches = list(batches)
+    return tqdm(batches, desc=f"scoring heads ({needed})", unit="batch", disable=None, leave=False)
 
 
 @torch.no_grad()

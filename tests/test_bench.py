@@ -42,8 +42,8 @@ def test_quick_bench_writes_json_and_markdown_for_every_family(tmp_path, capsys)
     assert classes == {
         "hc-static": "LlamaMHCForCausalLM",
         "bridge-H9": "BertBridgeForSequenceClassification",
-        "sentinel": "GatedGPT2LMHeadModel",
-        "attention-bridge": "MarianBridgeForConditionalGeneration",
+        "sentinel": "GPT2SentinelLMHeadModel",
+        "attention-bridge": "MarianAttentionBridgeForConditionalGeneration",
     }
     table = (out / "bench.md").read_text()
     rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line]
