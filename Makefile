@@ -33,5 +33,4 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[bench]"
-	$(BIN)/python benchmarks/bench_bridge.py
-	$(BIN)/python benchmarks/bench_hyper_connections.py
+	$(BIN)/interlayer bench --out runs/bench
