@@ -393,18 +393,27 @@ class CausalLMMixin(FreezeBaseMixin):
             model_kwargs["past_key_values"] = self.base_model.new_cache()
 
 
-def family_classes(family: DecoderFamily, name: str, config_class, layer_mixin, model_mixin, lm_mixin, module: str):
+def family_classes(
+    family: DecoderFamily,
+    name: str,
+    config_class,
+    layer_mixin,
+    model_mixin,
+    lm_mixin,
+    module: str,
+    layer_attributes: dict | None = None,
+):
     """A mechanism's classes on one family: `{name}DecoderLayer`, `{name}Model` and `{name}ForCausalLM` (`name`
     such as `"Qwen2MHC"`), each the mechanism's mixin before the family's stock class, defined as classes of the
     modeling file `module` (which binds them to those names, for the Auto classes and remote code), and registered
     for `AutoModel` / `AutoModelForCausalLM`. The model records the stock attention weights when
-    `model_mixin.records_attentions`."""
+    `model_mixin.records_attentions`. `layer_attributes` are further class attributes of the layer."""
 
     def define(suffix, bases, attributes):
         class_name = name + suffix
         return type(class_name, bases, {"__module__": module, "__qualname__": class_name, **attributes})
 
-    layer = define("DecoderLayer", (layer_mixin, family.layer), {"family": family})
+    layer = define("DecoderLayer", (layer_mixin, family.layer), {"family": family, **(layer_attributes or {})})
     shared = {"config_class": config_class, "_no_split_modules": [layer.__name__]}
     model = define(
         "Model",

@@ -50,25 +50,9 @@ from transformers.models.gpt2.modeling_gpt2 import (
 )
 from transformers.models.gpt2.modeling_gpt2 import eager_attention_forward as gpt2_eager_attention_forward
 from transformers.models.llama.modeling_llama import (
-    LlamaAttention,
-    LlamaDecoderLayer,
-    LlamaForCausalLM,
-    LlamaModel,
     apply_rotary_pos_emb,
 )
 from transformers.models.llama.modeling_llama import eager_attention_forward as llama_eager_attention_forward
-from transformers.models.qwen2.modeling_qwen2 import (
-    Qwen2Attention,
-    Qwen2DecoderLayer,
-    Qwen2ForCausalLM,
-    Qwen2Model,
-)
-from transformers.models.qwen3.modeling_qwen3 import (
-    Qwen3Attention,
-    Qwen3DecoderLayer,
-    Qwen3ForCausalLM,
-    Qwen3Model,
-)
 from transformers.models.roberta.modeling_roberta import (
     RobertaClassificationHead,
     RobertaEmbeddings,
@@ -91,7 +75,7 @@ from .configuration_sentinel import (
     Qwen3SentinelConfig,
     RobertaSentinelConfig,
 )
-from .decoder_common import LLAMA, QWEN2, QWEN3, CausalLMMixin, DecoderStackMixin
+from .decoder_common import LLAMA, QWEN2, QWEN3, CausalLMMixin, DecoderStackMixin, family_classes
 from .zoo_common import ZooModelMixin, register_for_auto_classes
 
 
@@ -341,18 +325,6 @@ class DecoderSentinelAttention(SentinelGates):
         return self.o_proj(attn_output), attn_weights
 
 
-class LlamaSentinelAttention(DecoderSentinelAttention, LlamaAttention):
-    pass
-
-
-class Qwen2SentinelAttention(DecoderSentinelAttention, Qwen2Attention):
-    pass
-
-
-class Qwen3SentinelAttention(DecoderSentinelAttention, Qwen3Attention):
-    pass
-
-
 class EncoderSentinelSelfAttention(SentinelGates):
     """The BERT family's self-attention (BERT, RoBERTa) with one sentinel gate per head: the stock forward, with
     `attend` in place of the attention function. Its output projection is the sibling `attention.output.dense`."""
@@ -469,18 +441,6 @@ class DecoderSentinelLayerMixin(UNetSkipMixin):
 
     def forward(self, hidden_states, skip=None, **kwargs):
         return self.apply_unet(super().forward(hidden_states, **kwargs), skip)
-
-
-class LlamaSentinelDecoderLayer(DecoderSentinelLayerMixin, LlamaDecoderLayer):
-    attention_class = LlamaSentinelAttention
-
-
-class Qwen2SentinelDecoderLayer(DecoderSentinelLayerMixin, Qwen2DecoderLayer):
-    attention_class = Qwen2SentinelAttention
-
-
-class Qwen3SentinelDecoderLayer(DecoderSentinelLayerMixin, Qwen3DecoderLayer):
-    attention_class = Qwen3SentinelAttention
 
 
 class EncoderSentinelLayerMixin:
@@ -844,6 +804,8 @@ class DecoderSentinelModelMixin(DecoderSentinelPreTrainedMixin, DecoderStackMixi
     """A Llama-family decoder with sentinel-gated attention and optional U-Net skips; stock embeddings, layers,
     norm and rotary embedding."""
 
+    records_attentions = False  # `output_attentions` is refused: gate statistics come from mechanism_stats()
+
     @can_return_tuple
     def forward(
         self,
@@ -894,52 +856,40 @@ class DecoderSentinelModelMixin(DecoderSentinelPreTrainedMixin, DecoderStackMixi
         )
 
 
-class LlamaSentinelModel(DecoderSentinelModelMixin, LlamaModel):
-    config_class = LlamaSentinelConfig
-    family = LLAMA
-    decoder_layer_class = LlamaSentinelDecoderLayer
-    _no_split_modules = ["LlamaSentinelDecoderLayer"]
-    _can_record_outputs = {}
+class DecoderSentinelLMMixin(SentinelLMHeadMixin, DecoderSentinelPreTrainedMixin, CausalLMMixin):
+    """The stock causal-LM head (and tying) on a sentinel decoder; the loss adds the gates' L1 pressure."""
 
 
-class LlamaSentinelForCausalLM(SentinelLMHeadMixin, DecoderSentinelPreTrainedMixin, CausalLMMixin, LlamaForCausalLM):
-    """Causal LM on [`LlamaSentinelModel`] (stock head and tying); the loss adds the gates' L1 pressure."""
-
-    config_class = LlamaSentinelConfig
-    base_class = LlamaSentinelModel
-    _no_split_modules = ["LlamaSentinelDecoderLayer"]
-
-
-class Qwen2SentinelModel(DecoderSentinelModelMixin, Qwen2Model):
-    config_class = Qwen2SentinelConfig
-    family = QWEN2
-    decoder_layer_class = Qwen2SentinelDecoderLayer
-    _no_split_modules = ["Qwen2SentinelDecoderLayer"]
-    _can_record_outputs = {}
-
-
-class Qwen2SentinelForCausalLM(SentinelLMHeadMixin, DecoderSentinelPreTrainedMixin, CausalLMMixin, Qwen2ForCausalLM):
-    """Causal LM on [`Qwen2SentinelModel`] (stock head and tying); the loss adds the gates' L1 pressure."""
-
-    config_class = Qwen2SentinelConfig
-    base_class = Qwen2SentinelModel
-    _no_split_modules = ["Qwen2SentinelDecoderLayer"]
+def _decoder_classes(family, name, config_class):
+    """`{name}Attention`, `{name}DecoderLayer`, `{name}Model` and `{name}ForCausalLM` of a Llama-family decoder: the
+    family's stock classes with the sentinel mixins, declared once in `decoder_common.family_classes`."""
+    attention = type(
+        f"{name}Attention",
+        (DecoderSentinelAttention, family.attention),
+        {"__module__": __name__, "__qualname__": f"{name}Attention"},
+    )
+    return attention, *family_classes(
+        family,
+        name,
+        config_class,
+        DecoderSentinelLayerMixin,
+        DecoderSentinelModelMixin,
+        DecoderSentinelLMMixin,
+        module=__name__,
+        layer_attributes={"attention_class": attention},
+    )
 
 
-class Qwen3SentinelModel(DecoderSentinelModelMixin, Qwen3Model):
-    config_class = Qwen3SentinelConfig
-    family = QWEN3
-    decoder_layer_class = Qwen3SentinelDecoderLayer
-    _no_split_modules = ["Qwen3SentinelDecoderLayer"]
-    _can_record_outputs = {}
-
-
-class Qwen3SentinelForCausalLM(SentinelLMHeadMixin, DecoderSentinelPreTrainedMixin, CausalLMMixin, Qwen3ForCausalLM):
-    """Causal LM on [`Qwen3SentinelModel`] (stock head and tying); the loss adds the gates' L1 pressure."""
-
-    config_class = Qwen3SentinelConfig
-    base_class = Qwen3SentinelModel
-    _no_split_modules = ["Qwen3SentinelDecoderLayer"]
+# one line per family: the roles are declared once in decoder_common
+LlamaSentinelAttention, LlamaSentinelDecoderLayer, LlamaSentinelModel, LlamaSentinelForCausalLM = _decoder_classes(
+    LLAMA, "LlamaSentinel", LlamaSentinelConfig
+)
+Qwen2SentinelAttention, Qwen2SentinelDecoderLayer, Qwen2SentinelModel, Qwen2SentinelForCausalLM = _decoder_classes(
+    QWEN2, "Qwen2Sentinel", Qwen2SentinelConfig
+)
+Qwen3SentinelAttention, Qwen3SentinelDecoderLayer, Qwen3SentinelModel, Qwen3SentinelForCausalLM = _decoder_classes(
+    QWEN3, "Qwen3Sentinel", Qwen3SentinelConfig
+)
 
 
 class EncoderSentinelPreTrainedMixin(SentinelPreTrainedMixin):
@@ -1074,15 +1024,6 @@ class RobertaSentinelForSequenceClassification(EncoderSentinelForSequenceClassif
 
 
 register_for_auto_classes(GPT2SentinelConfig, AutoModel=GPT2SentinelModel, AutoModelForCausalLM=GPT2SentinelLMHeadModel)
-register_for_auto_classes(
-    LlamaSentinelConfig, AutoModel=LlamaSentinelModel, AutoModelForCausalLM=LlamaSentinelForCausalLM
-)
-register_for_auto_classes(
-    Qwen2SentinelConfig, AutoModel=Qwen2SentinelModel, AutoModelForCausalLM=Qwen2SentinelForCausalLM
-)
-register_for_auto_classes(
-    Qwen3SentinelConfig, AutoModel=Qwen3SentinelModel, AutoModelForCausalLM=Qwen3SentinelForCausalLM
-)
 register_for_auto_classes(
     BertSentinelConfig,
     AutoModel=BertSentinelModel,
