@@ -22,6 +22,6 @@ for _entry in ZOO:
 for _old in (LegacyGatedGPT2Config, *OLD_ATTENTION_BRIDGE_CONFIGS):
     AutoConfig.register(_old.model_type, _old, exist_ok=True)
 
-__all__ = ["BRIDGE_PRESETS", "ZOO", "bridge_preset", "convert"]
-globals().update(exported_names())
-__all__ += list(exported_names())
+_exports = exported_names()
+globals().update(_exports)
+__all__ = ["BRIDGE_PRESETS", "ZOO", "bridge_preset", "convert", *_exports]
