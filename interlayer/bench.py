@@ -202,6 +202,20 @@ def training_step(model, inputs: dict) -> Callable[[], None]:
     return step
 
 
+def training_flops(model, inputs: dict) -> int:
+    """Floating-point operations of one forward + backward (`model(**inputs).loss`), as counted by
+    `torch.utils.flop_counter.FlopCounterMode`: the matrix products and attention, not the element-wise operations
+    (which are memory-bound, and what the measured ratio adds on top of these)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model.train()
+    with FlopCounterMode(display=False) as counter:
+        model(**inputs).loss.backward()
+    for p in model.parameters():
+        p.grad = None
+    return counter.get_total_flops()
+
+
 def measure_training(model, steps: int, **inputs) -> dict:
     """`measure_steps` of `training_step(model, inputs)`."""
     return measure_steps(training_step(model, inputs), steps)
@@ -361,6 +375,7 @@ def measure_case(
         "shape": shape,
         "train_batch": [batch, seq],
         "trainable_parameters": trainable,
+        "train_flops": {"stock": training_flops(stock, inputs), "model": training_flops(model, inputs)},
     }
     modes = [("eager", stock, model)]
     if compiled:
@@ -432,19 +447,23 @@ def _fmt(stats: dict | None) -> str:
 
 
 def markdown_table(records: list[dict]) -> str:
-    """One row per case: the median ratio to stock (and its spread over the rounds) of the training step, its peak
-    memory and the time per generated token."""
+    """One row per case: the FLOPs of a training step (matrix products and attention) over stock's, the median ratio
+    to stock (and its spread over the rounds) of the training step's time, its peak memory and the time per generated
+    token."""
     lines = [
-        "| case | class | step ratio | compiled step ratio | stock step (s) | peak RSS ratio | time per token ratio |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+        "| case | class | FLOPs ratio | step ratio | compiled step ratio | stock step (s) | peak RSS ratio "
+        "| time per token ratio |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in records:
         train = r["train_eager"]
         memory = train["peak_rss_mb"]
         rss = f"{memory['model'] / memory['stock']:.2f}x" if memory["stock"] > 0 else "-"
+        flops = r["train_flops"]
         lines.append(
-            f"| {r['case']} | {r['class']} | {_fmt(train)} | {_fmt(r.get('train_compiled'))} | "
-            f"{statistics.median(train['stock']):.3f} | {rss} | {_fmt(r.get('decode_eager'))} |"
+            f"| {r['case']} | {r['class']} | {flops['model'] / flops['stock']:.2f}x | {_fmt(train)} | "
+            f"{_fmt(r.get('train_compiled'))} | {statistics.median(train['stock']):.3f} | {rss} | "
+            f"{_fmt(r.get('decode_eager'))} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -51,9 +51,12 @@ def test_quick_bench_writes_json_and_markdown_for_every_family(tmp_path, capsys)
     for r, row in zip(record["cases"], rows[1:]):
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert cells[:2] == [r["case"], r["class"]]
-        assert cells[2].startswith(f"{r['train_eager']['median']:.2f}x")
+        flops = r["train_flops"]
+        assert flops["stock"] > 0 and flops["model"] > 0
+        assert cells[2] == f"{flops['model'] / flops['stock']:.2f}x"
+        assert cells[3].startswith(f"{r['train_eager']['median']:.2f}x")
         assert (
-            cells[6] == "-" if r["case"] == "bridge-H9" else cells[6].startswith(f"{r['decode_eager']['median']:.2f}x")
+            cells[7] == "-" if r["case"] == "bridge-H9" else cells[7].startswith(f"{r['decode_eager']['median']:.2f}x")
         )
     assert table in capsys.readouterr().out
 
