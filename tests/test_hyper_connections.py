@@ -122,6 +122,28 @@ def test_forward_matches_loop_reference(stock_llama, options):
         torch.testing.assert_close(model(input_ids).logits, reference_logits(model, input_ids))
 
 
+@pytest.mark.parametrize("options", MODES, ids=lambda o: "-".join(str(v) for v in o.values()))
+def test_gradients_match_loop_reference(stock_llama, options):
+    """The hand-written backward of the read-in/mixing product and of the write (shared and per-token maps; the first
+    layer's streams are stride-0 views of the embeddings) gives autograd's gradients of the loop reference, for every
+    parameter, base weights included."""
+    model = randomised(stock_llama[0], freeze_base=False, **options).train()
+    input_ids = lm_batch(lengths=(10, 10))["input_ids"]
+    cotangent = torch.randn(model(input_ids).logits.shape, generator=torch.Generator().manual_seed(1))
+    grads = []
+    for logits in (lambda: model(input_ids).logits, lambda: reference_logits(model, input_ids)):
+        model.zero_grad()
+        (logits() * cotangent).sum().backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys() and any("hc_" in n for n in grads[0])
+    largest = max(g.abs().max() for g in grads[1].values())
+    for name, grad in grads[1].items():
+        # sums in another order: 1e-5 of each tensor's own scale (the first mHC H_res only gets rounding-level
+        # gradients when every stream is the embedding: 1e-6 of the largest gradient)
+        atol = 1e-5 * grad.abs().max().item() + 1e-6 * largest.item()
+        torch.testing.assert_close(grads[0][name], grad, rtol=1e-5, atol=atol, msg=name)
+
+
 # -- Sinkhorn and fp32 coefficients ----------------------------------------------------------------------------------
 
 

@@ -89,40 +89,100 @@ def _rms_scale(x: torch.Tensor) -> torch.Tensor:
     return torch.rsqrt(rms.square() + COEFFICIENT_EPS)
 
 
-class _StaticProduct(torch.autograd.Function):
-    """`maps @ streams` for one static `[M, K]` matrix and streams `[..., K, D]`, keeping only the inputs for
-    backward: autograd's product would keep a transposed copy of the streams. The forward is a broadcast `matmul`
-    (1.8-2.9x faster than `einsum` on CPU with torch 2.13, from one token to 4 x 256, see docs/hyper_connections.md)."""
+def _product(maps: torch.Tensor, streams: torch.Tensor) -> torch.Tensor:
+    """`[H_pre; H_res] @ h` as one broadcast `matmul` (1.8-2.9x faster than `einsum` on CPU with torch 2.13, from one
+    token to 4 x 256, see docs/hyper_connections.md): maps `[M, K]` (static) or `[..., M, K]` (per token), streams
+    `[..., K, D]`. The first layer's streams are K views of the embeddings (stride 0), where the product is each
+    row's sum times the embedding (batched products over stride-0 operands run 15x slower on CPU)."""
+    single = _single_stream(streams)
+    if single is not None:
+        return maps.sum(-1, keepdim=True) * single
+    return torch.matmul(maps, streams)
+
+
+def _single_stream(streams: torch.Tensor) -> torch.Tensor | None:
+    """`[..., 1, D]` when the K streams are views of one tensor (the expanded embeddings), else None."""
+    return streams[..., :1, :] if streams.shape[-2] > 1 and streams.stride(-2) == 0 else None
+
+
+def _write(mixed: torch.Tensor, post: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """`H_res h + H_post^T F(x)` from the mixed streams `H_res h` and the sublayer output."""
+    return torch.addcmul(mixed, post.unsqueeze(-1), out.unsqueeze(-2))
+
+
+def _token_sum(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """`sum over tokens and hidden units of a[..., i, d] b[..., j, d]` (`[I, J]`, the gradient of a map shared by every
+    token): each token's small product, then one sum over tokens (5x faster on CPU than `einsum`, which copies both
+    operands into transposed layouts first)."""
+    return torch.bmm(a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:]).mT).sum(0)
+
+
+def _map_grad(grad: torch.Tensor, streams: torch.Tensor, shared: bool) -> torch.Tensor:
+    """The gradient of maps `[..., I, K]` applied as `maps @ streams` from the product's gradient `[..., I, D]`:
+    summed over tokens for a map `shared` by every token, per token otherwise."""
+    single = _single_stream(streams)
+    if single is not None:  # every column gets the same gradient
+        column = _map_grad(grad, single, shared)
+        return column.expand(*column.shape[:-1], streams.shape[-2])
+    return _token_sum(grad, streams) if shared else torch.matmul(grad, streams.mT)
+
+
+class _ReadMix(torch.autograd.Function):
+    """`(H_pre h, H_res h)` from the maps `[H_pre; H_res]` in one product: the sublayer input `[..., D]` (a copy, so
+    that what the sublayer keeps for backward does not hold the product) and the mixed streams `[..., K, D]` (a view).
+    Backward writes each gradient once: autograd's product and slices would build the product's gradient from zeros
+    and copies, and a shared map's gradient through `einsum`'s transposed copies. Only the inputs are kept."""
 
     @staticmethod
     def forward(ctx, maps, streams):
         ctx.save_for_backward(maps, streams)
         # detached: matmul folds differently when an input requires grad, and the stream recomputation (no grad)
         # must rebuild the same bits
-        return torch.matmul(maps.detach(), streams.detach())
+        product = _product(maps.detach(), streams.detach())
+        return product[..., 0, :].clone(), product[..., 1:, :]
 
     @staticmethod
-    def backward(ctx, grad):
-        maps, streams = ctx.saved_tensors  # under autocast the forward product (and so `grad`) may be in bf16
+    def backward(ctx, grad_x, grad_mixed):
+        maps, streams = ctx.saved_tensors  # under autocast the product (and so the gradients) may be in bf16
+        dtype = grad_mixed.dtype
+        grad_x = grad_x.to(dtype)
+        maps_, streams_ = maps.to(dtype), streams.to(dtype)
         grad_maps = grad_streams = None
         if ctx.needs_input_grad[0]:
-            grad_maps = torch.einsum("...id,...jd->ij", grad, streams.to(grad.dtype)).to(maps.dtype)
+            shared = maps.dim() == 2
+            grad_pre = _map_grad(grad_x.unsqueeze(-2), streams_, shared)
+            grad_maps = torch.cat([grad_pre, _map_grad(grad_mixed, streams_, shared)], dim=-2).to(maps.dtype)
         if ctx.needs_input_grad[1]:
-            grad_streams = torch.matmul(maps.to(grad.dtype).mT, grad).to(streams.dtype)
+            grad_streams = torch.matmul(maps_[..., 1:, :].mT, grad_mixed)
+            grad_streams = grad_streams.addcmul_(maps_[..., 0, :].unsqueeze(-1), grad_x.unsqueeze(-2))
+            grad_streams = grad_streams.to(streams.dtype)
         return grad_maps, grad_streams
 
 
-def _product(maps: torch.Tensor, streams: torch.Tensor) -> torch.Tensor:
-    """`[H_pre; H_res] @ h`: static maps through `_StaticProduct` when a gradient may flow (the same function in the
-    stream recomputation, so its rebuild is bit for bit), per-token maps and no-grad products as one `matmul`."""
-    if maps.dim() == 2 and torch.is_grad_enabled():
-        return _StaticProduct.apply(maps, streams)
-    return torch.matmul(maps, streams)
+class _Write(torch.autograd.Function):
+    """`_write` with a backward that passes the streams' gradient through as it is (no copy) and computes
+    `H_post`'s and the sublayer output's gradients as products instead of element-wise products and sums over
+    K-wide temporaries."""
 
+    @staticmethod
+    def forward(ctx, mixed, post, out):
+        ctx.save_for_backward(post, out)
+        return _write(mixed, post, out)
 
-def _write(product: torch.Tensor, post: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """`H_res h + H_post^T F(x)` from the product's mixing rows and the sublayer output."""
-    return torch.addcmul(product[..., 1:, :], post.unsqueeze(-1), out.unsqueeze(-2))
+    @staticmethod
+    def backward(ctx, grad):
+        post, out = ctx.saved_tensors
+        grad_post = grad_out = None
+        if ctx.needs_input_grad[1]:
+            out_ = out.to(grad.dtype).unsqueeze(-2)
+            if post.dim() == 1:
+                grad_post = _token_sum(grad, out_).squeeze(-1)
+            else:
+                grad_post = torch.matmul(grad, out_.mT).squeeze(-1)
+            grad_post = grad_post.to(post.dtype)
+        if ctx.needs_input_grad[2]:
+            grad_out = torch.matmul(post.to(grad.dtype).unsqueeze(-2), grad).squeeze(-2).to(out.dtype)
+        return grad, grad_post, grad_out
 
 
 class StreamRecomputation:
@@ -195,7 +255,7 @@ class StreamRecomputation:
                 streams = self.kept[start]
                 for i in range(start, index):
                     maps, post, out = self.steps[i]
-                    streams = _write(_product(maps, streams), post, out)
+                    streams = _write(_product(maps, streams)[..., 1:, :], post, out)
                     self.cache[i + 1] = streams
         return self.cache[index].as_strided(shape, stride, offset)
 
@@ -451,16 +511,18 @@ class HyperConnection(nn.Module):
             gain.record(self, pre, post, res)
         # read-in and mixing in one product: row 0 of [H_pre; H_res] @ h is the sublayer input, rows 1.. the mixed
         # streams
-        product = _product(maps, streams)
+        grad = torch.is_grad_enabled()
+        if grad:
+            x, mixed = _ReadMix.apply(maps, streams)
+        else:
+            product = _product(maps, streams)
+            x, mixed = product[..., 0, :], product[..., 1:, :]
         if recompute is not None:
             recompute.read(maps, post)
-        x = product[..., 0, :]
-        if torch.is_grad_enabled():
-            x = x.clone()  # a copy: what the sublayer saves must not keep the product alive
         out = sublayer(x)
         if recompute is not None:
             recompute.wrote(out)
-        return _write(product, post, out)
+        return _Write.apply(mixed, post, out) if grad else _write(mixed, post, out)
 
 
 class HCDecoderLayerMixin(DecoderLayerRolesMixin):
