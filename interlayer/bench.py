@@ -6,8 +6,10 @@ one process: stock, model, stock, model, ..., stock (stock first and last, `roun
 `steps` timed training steps (forward + backward + AdamW on the parameters that train) or one greedy generation
 with the KV cache. Every turn of the model is divided by the mean of the two stock turns around it, so a machine
 shared with other jobs disturbs both sides of a ratio alike; the record keeps every ratio, their median and their
-spread (min, max). Peak memory is the resident memory above what the process held before a turn (large blocks go
-straight to mmap in the worker, so freed tensors leave the process).
+spread (min, max). Times are taken with the default allocator. Peak memory is the resident memory above what the
+process held before a training step, measured in a second, shorter subprocess whose large blocks go straight to mmap
+(so freed tensors leave the process; timing under that setting would add a page fault to every large allocation,
+which slowed the models with many large temporaries, the bridges, by 15% more than their stock model).
 
     interlayer bench                        # every case at its full shape, 2 threads, one subprocess per case
     interlayer bench --quick --in-process   # tiny shapes, one step (what tests/test_bench.py runs)
@@ -345,10 +347,19 @@ def _stats(model_turns: list[float], stock_turns: list[float], higher_is_better:
 
 
 def measure_case(
-    name: str, quick: bool, rounds: int, steps: int, compiled: bool, progress=None, layers: int | None = None
+    name: str,
+    quick: bool,
+    rounds: int,
+    steps: int,
+    compiled: bool,
+    progress=None,
+    layers: int | None = None,
+    memory_only: bool = False,
 ) -> dict:
     """Build the stock model and its converted model of `CASES[name]` and measure them in turns (see the module);
-    `layers` replaces the number of decoder layers of the Llama cases (the SmolLM2-135M shape has 30)."""
+    `layers` replaces the number of decoder layers of the Llama cases (the SmolLM2-135M shape has 30). With
+    `memory_only`, only the peak resident memory of one training step of each (stock, model, stock), for a process
+    whose large allocations go straight to mmap (so that freed tensors leave it)."""
     import torch
 
     from .zoo import convert
@@ -364,6 +375,14 @@ def measure_case(
         model, _ = convert(folder, mechanism=case.mechanism, task=case.task, preset=case.preset, **options)
     vocab = shape["vocab_size"]
     inputs = case_inputs(case.family, vocab, batch, seq)
+    if memory_only:
+        steppers = {"stock": training_step(stock, inputs), "model": training_step(model, inputs)}
+        for step in steppers.values():
+            step()
+        memory = {"stock": [], "model": []}
+        for who in ("stock", "model", "stock"):
+            memory[who].append(measure_steps(steppers[who], 1, warmup=0)["peak_rss_mb"])
+        return {"case": name, "peak_rss_mb": {who: statistics.median(v) for who, v in memory.items()}}
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     record = {
         "case": name,
@@ -491,7 +510,9 @@ def _worker_main(argv: list[str]) -> int:
     quiet_transformers()
     name, quick, rounds, steps, compiled = argv[0], argv[1] == "1", int(argv[2]), int(argv[3]), argv[4] == "1"
     layers = int(argv[5]) if argv[5] != "-" else None
-    print(json.dumps(measure_case(name, quick, rounds, steps, compiled, _TurnReporter(), layers)))
+    memory_only = argv[6] == "memory"
+    reporter = None if memory_only else _TurnReporter()
+    print(json.dumps(measure_case(name, quick, rounds, steps, compiled, reporter, layers, memory_only)))
     return 0
 
 
@@ -537,27 +558,36 @@ def run_bench(
                 finally:
                     torch.set_num_threads(previous)
                 continue
-            env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MALLOC_MMAP_THRESHOLD_": "65536"}
             args = [name, "1" if quick else "0", str(rounds), str(steps), "1" if compiled else "0", str(layers or "-")]
-            worker = subprocess.Popen(
-                [sys.executable, "-m", "interlayer.bench", *args],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                env=env,
-            )
-            errors = []
-            for line in worker.stderr:  # the worker reports each finished turn on stderr
-                if line.strip() == TURN_DONE:
-                    progress.update(1)
-                else:
-                    errors.append(line)
-            output = worker.stdout.read()
-            if worker.wait():
-                raise RuntimeError(f"interlayer bench: case {name} failed:\n{''.join(errors)[-3000:]}")
-            records.append(json.loads(output.strip().splitlines()[-1]))
+            record = _run_case_worker(name, [*args, "time"], threads, progress)
+            memory = _run_case_worker(name, [*args, "memory"], threads, None, MALLOC_MMAP_THRESHOLD_="65536")
+            record["train_eager"]["peak_rss_mb"] = memory["peak_rss_mb"]
+            records.append(record)
             write_record(out, records, command, threads, quick, rounds, steps)  # what is done survives a stop
     return write_record(out, records, command, threads, quick, rounds, steps)
+
+
+def _run_case_worker(name: str, args: list[str], threads: int, progress, **env) -> dict:
+    """One case in a subprocess (`python -m interlayer.bench ARGS`), its finished turns reported to `progress`."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), **env}
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "interlayer.bench", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    errors = []
+    for line in worker.stderr:  # the worker reports each finished turn on stderr
+        if line.strip() == TURN_DONE:
+            if progress is not None:
+                progress.update(1)
+        else:
+            errors.append(line)
+    output = worker.stdout.read()
+    if worker.wait():
+        raise RuntimeError(f"interlayer bench: case {name} failed:\n{''.join(errors)[-3000:]}")
+    return json.loads(output.strip().splitlines()[-1])
 
 
 def write_record(out: Path, records: list[dict], command, threads: int, quick: bool, rounds: int, steps: int) -> dict:
