@@ -5,7 +5,8 @@
     python benchmarks/bench_bridge.py --quick         # fewer steps
 
 Each configuration runs in its own subprocess (so peak resident memory is its own) on 2 threads:
-- step time: median of timed forward+backward+AdamW steps after warm-up;
+- step time: median of timed forward+backward+AdamW steps after warm-up, beside the FLOPs ratio of a step (matrix
+  products and attention, `interlayer.bench.training_flops`);
 - activation memory: bytes saved for backward (exact, via `saved_tensors_hooks`, shared storages counted once);
 - peak RSS: the process's peak resident memory (`VmHWM`) during the steps, above its resident memory before them
   (after one warm-up step), measured in a separate process whose large allocations are served by mmap, so freed
@@ -16,7 +17,7 @@ same shape (the cost does not depend on the values). Prints a markdown table; do
 
 import argparse
 
-from interlayer.bench import emit, measure_steps, run_worker, saved_activation_bytes
+from interlayer.bench import emit, measure_steps, run_worker, saved_activation_bytes, training_flops
 
 CONFIGS = {
     "stock": None,
@@ -73,6 +74,7 @@ def worker(name: str, seq: int, batch: int, chunk: int, steps: int, train: bool,
 
     result = measure_steps(step, steps)
     result["activation_mb"] = saved_activation_bytes(lambda: model(**inputs).loss) / 2**20 if train else 0.0
+    result["flops"] = training_flops(model, inputs) if train else 0
     return result
 
 
@@ -99,13 +101,15 @@ def main():
     steps = 3 if args.quick else args.steps
 
     print("## Training step (forward + backward + AdamW), MiniLM-L6 shape, batch 8 x 128, 2 threads\n")
-    print("| model | step (s) | step ratio | activations (MB) | activation ratio | peak RSS (MB) | RSS ratio |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    columns = ["model", "FLOPs ratio", "step (s)", "step ratio", "activations (MB)", "activation ratio"]
+    print("| " + " | ".join(columns + ["peak RSS (MB)", "RSS ratio"]) + " |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     stock = run("stock", 128, 8, 32, steps, True)
     for name in CONFIGS:
         r = stock if name == "stock" else run(name, 128, 8, 32, steps, True)
         print(
-            f"| {name} | {r['step_s']:.3f} | {r['step_s'] / stock['step_s']:.2f}x | {r['activation_mb']:.0f} | "
+            f"| {name} | {r['flops'] / stock['flops']:.2f}x | {r['step_s']:.3f} | "
+            f"{r['step_s'] / stock['step_s']:.2f}x | {r['activation_mb']:.0f} | "
             f"{r['activation_mb'] / stock['activation_mb']:.2f}x | {r['peak_rss_mb']:.0f} | "
             f"{r['peak_rss_mb'] / max(stock['peak_rss_mb'], 1):.2f}x |"
         )

@@ -56,6 +56,17 @@ MINILM_SHAPE = dict(
     max_position_embeddings=512,
     num_labels=2,
 )
+# RoBERTa-large's shape, the seed's model (its bridge targets the last 4 of the 24 layers)
+ROBERTA_LARGE_SHAPE = dict(
+    hidden_size=1024,
+    num_hidden_layers=24,
+    num_attention_heads=16,
+    intermediate_size=4096,
+    vocab_size=50265,
+    max_position_embeddings=514,
+    pad_token_id=1,
+    num_labels=2,
+)
 GPT2_SMALL_SHAPE = dict(n_embd=384, n_layer=6, n_head=6, vocab_size=8192, n_positions=512)
 MARIAN_SMALL_SHAPE = dict(
     vocab_size=8000,
@@ -88,6 +99,16 @@ TINY = {
     "bert": dict(
         hidden_size=32, num_hidden_layers=6, num_attention_heads=4, intermediate_size=64, vocab_size=128, num_labels=2
     ),
+    "roberta": dict(
+        hidden_size=32,
+        num_hidden_layers=6,
+        num_attention_heads=4,
+        intermediate_size=64,
+        vocab_size=128,
+        max_position_embeddings=130,
+        pad_token_id=1,
+        num_labels=2,
+    ),
     "gpt2": dict(n_embd=32, n_layer=2, n_head=4, vocab_size=128, n_positions=128),
     "marian": {
         **MARIAN_SMALL_SHAPE,
@@ -96,10 +117,12 @@ TINY = {
     },
 }
 FULL = {"llama": SMOLLM2_SHAPE, "bert": MINILM_SHAPE, "gpt2": GPT2_SMALL_SHAPE, "marian": MARIAN_SMALL_SHAPE}
+FULL["roberta"] = ROBERTA_LARGE_SHAPE
 # (batch, sequence) of a training step and (prompt length, new tokens) of a generation, per stock family
 FULL_INPUTS = {"llama": ((4, 256), (64, 32)), "bert": ((8, 128), None), "gpt2": ((4, 256), (64, 32))}
 FULL_INPUTS["marian"] = ((4, 64), (32, 16))
-QUICK_INPUTS = {family: ((2, 12), None if family == "bert" else (6, 3)) for family in FULL}
+FULL_INPUTS["roberta"] = ((8, 128), None)  # a turn (2 steps) ~30-40 s on 2 idle threads (est.)
+QUICK_INPUTS = {family: ((2, 12), None if family in ("bert", "roberta") else (6, 3)) for family in FULL}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,6 +147,9 @@ CASES = {
     "latent": Case("latent", "llama", options=dict(latent_source="previous_position", freeze_base=False)),
     "bridge-H9": Case("bridge", "bert", task="sequence-classification", preset="H9"),
     "bridge-hybrid": Case("bridge", "bert", task="sequence-classification", preset="hybrid"),
+    # the seed's shape: RoBERTa-large, bridges into the last 4 of its 24 layers
+    "bridge-seed-H9": Case("bridge", "roberta", "sequence-classification", "H9", dict(route_last_n=4)),
+    "bridge-seed-hybrid": Case("bridge", "roberta", "sequence-classification", "hybrid", dict(route_last_n=4)),
     "sentinel": Case("sentinel", "gpt2"),
     "attention-bridge": Case(
         "attention-bridge",
@@ -308,6 +334,7 @@ def build_stock(family: str, shape: dict, folder: str):
     classes = {
         "llama": ("LlamaConfig", "LlamaForCausalLM"),
         "bert": ("BertConfig", "BertForSequenceClassification"),
+        "roberta": ("RobertaConfig", "RobertaForSequenceClassification"),
         "gpt2": ("GPT2Config", "GPT2LMHeadModel"),
         "marian": ("MarianConfig", "MarianMTModel"),
     }
@@ -324,7 +351,7 @@ def case_inputs(family: str, vocab: int, batch: int, seq: int) -> dict:
 
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(2, vocab - 2, (batch, seq), generator=g)
-    if family == "bert":
+    if family in ("bert", "roberta"):
         return {"input_ids": ids, "labels": torch.arange(batch) % 2}
     if family == "marian":
         return {"input_ids": ids, "labels": torch.randint(2, vocab - 2, (batch, seq), generator=g)}
