@@ -383,6 +383,29 @@ class ConformanceSuite:
             got = _output(torch.compile(model, backend="eager", fullgraph=fullgraph), batch, self.case.output_name)
         torch.testing.assert_close(got, expected)
 
+    def test_compiled_training_does_not_recompile(self, tmp_path):
+        """A compiled model stops compiling after its second training step (forward, backward, an optimizer step): a
+        module attribute that changes every step, such as a Python counter of recorded statistics, would recompile
+        each step until dynamo gives up and runs eagerly. (The second step may compile once more, as in the stock
+        models: BERT sets `config.problem_type` in its first forward, M2M100's positions make shapes dynamic.)"""
+        from torch._dynamo.testing import CompileCounter
+
+        folder, _ = self._stock(tmp_path)
+        batch = self.case.make_batch()
+        batch["labels"] = self.case.labels(batch)
+        model = self._zoo(folder, **self.case.active_options).train()
+        optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+        counter = CompileCounter()
+        torch._dynamo.reset()
+        compiled = torch.compile(model, backend=counter)
+        frames = []
+        for _ in range(3):
+            compiled(**batch).loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            frames.append(counter.frame_count)
+        assert frames[0] > 0 and frames[2] == frames[1], f"graphs compiled after each step: {frames}"
+
     @pytest.mark.parametrize("reentrant", [False, True], ids=["non_reentrant", "reentrant"])
     @pytest.mark.parametrize("base", ["frozen", "trainable"])
     def test_gradient_checkpointing_same_gradients(self, tmp_path, reentrant, base):

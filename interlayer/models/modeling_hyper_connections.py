@@ -57,7 +57,7 @@ from .decoder_common import (
     FreezeBaseMixin,
     family_classes,
 )
-from .zoo_common import EVAL_PREFIX, StatsAccumulator
+from .zoo_common import StatsAccumulator
 
 COEFFICIENT_EPS = 1e-6
 MHC_RES_DIAGONAL = 4.0  # raw diagonal of H_res at identity_init in mHC mode (about 0.95 on the diagonal at K=4)
@@ -326,12 +326,9 @@ class DeferredStatsAccumulator(StatsAccumulator):
         super().__init__()
         self._pending: dict[str, list[torch.Tensor]] = {}
 
-    @torch.no_grad()
-    def add(self, name: str, value: torch.Tensor) -> None:
-        if not self.training:
-            name = EVAL_PREFIX + name
+    def _record(self, name: str, value: torch.Tensor) -> None:
         pending = self._pending.setdefault(name, [])
-        pending.append(value.detach())
+        pending.append(value)
         if len(pending) >= self.FOLD_EVERY:
             self._fold(name)
 
@@ -354,11 +351,8 @@ class DeferredStatsAccumulator(StatsAccumulator):
 class RunningMaxAccumulator(StatsAccumulator):
     """A `StatsAccumulator` that keeps the largest value since the last read instead of the mean (for worst cases)."""
 
-    @torch.no_grad()
-    def add(self, name: str, value: torch.Tensor) -> None:
-        if not self.training:
-            name = EVAL_PREFIX + name
-        value = value.detach().float()
+    def _record(self, name: str, value: torch.Tensor) -> None:
+        value = value.float()
         self._sums[name] = torch.maximum(self._sums[name], value) if name in self._sums else value.clone()
         self._counts[name] = 1
 

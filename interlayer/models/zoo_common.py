@@ -261,7 +261,9 @@ class StatsAccumulator(nn.Module):
     A mechanism calls `add(name, value)` with tensors of fixed shape during forward; `read()` averages over the
     forwards since the last reset and returns plain floats (a 1-d statistic `x` becomes `x_0`, `x_1`, ...; a 2-d
     one `x_0_0`, `x_0_1`, ...).
-    Forwards in eval mode are kept apart under the prefix `eval/`. Nothing here is saved with the model.
+    Forwards in eval mode are kept apart under the prefix `eval/`. Forwards traced by torch.compile or torch.export
+    record nothing: the running sums are Python-side state, and a counter that changes every step would make the
+    compiled model recompile every step. Nothing here is saved with the model.
     """
 
     def __init__(self):
@@ -271,9 +273,13 @@ class StatsAccumulator(nn.Module):
 
     @torch.no_grad()
     def add(self, name: str, value: torch.Tensor) -> None:
-        if not self.training:
-            name = EVAL_PREFIX + name
-        value = value.detach().float()
+        """Record `value` under `name` (under `eval/name` in eval mode); nothing in a compiled or exported forward."""
+        if torch.compiler.is_compiling():
+            return
+        self._record(EVAL_PREFIX + name if not self.training else name, value.detach())
+
+    def _record(self, name: str, value: torch.Tensor) -> None:
+        value = value.float()
         if name in self._sums:
             self._sums[name] = self._sums[name] + value
             self._counts[name] += 1
