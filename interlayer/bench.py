@@ -3,15 +3,17 @@
 For each case a stock checkpoint is built from a config in a temporary folder and converted with
 `interlayer.convert` (the public zoo classes, as a user gets them). Stock and converted model then take turns in
 one process: stock, model, stock, model, ..., stock (stock first and last, `rounds` turns of the model), each turn
-`steps` timed training steps (forward + backward + AdamW on the parameters that train) or one greedy generation
-with the KV cache. Every turn of the model is divided by the mean of the two stock turns around it, so a machine
-shared with other jobs disturbs both sides of a ratio alike; the record keeps every ratio, their median and their
-spread (min, max). Peak memory is the resident memory above what the process held before a turn (large blocks go
-straight to mmap in the worker, so freed tensors leave the process).
+`steps` timed training steps (forward + backward + AdamW on the parameters that train), `steps` inference forwards
+(no grad, eval: the cases with `forward=True`, such as `sentinel-prune-30/50/70`, which skip training) or one
+greedy generation with the KV cache. Every turn of the model is divided by the mean of the two stock turns around
+it, so a machine shared with other jobs disturbs both sides of a ratio alike; the record keeps every ratio, their
+median and their spread (min, max). Peak memory is the resident memory above what the process held before a turn
+(large blocks go straight to mmap in the worker, so freed tensors leave the process).
 
     interlayer bench                        # every case at its full shape, 2 threads, one subprocess per case
     interlayer bench --quick --in-process   # tiny shapes, one step (what tests/test_bench.py runs)
     interlayer bench --cases mhc hc-static --rounds 5 --compile
+    interlayer bench --cases sentinel-prune-30 sentinel-prune-50 sentinel-prune-70   # pruned heads: forward, decoding
 
 Writes `bench.json` (the machine, the command, every turn) and `bench.md` (the table) in `--out`. The helpers below
 are also what the scripts in `benchmarks/` use (each configuration in its own subprocess there).
