@@ -3,17 +3,20 @@
 For each case a stock checkpoint is built from a config in a temporary folder and converted with
 `interlayer.convert` (the public zoo classes, as a user gets them). Stock and converted model then take turns in
 one process: stock, model, stock, model, ..., stock (stock first and last, `rounds` turns of the model), each turn
-`steps` timed training steps (forward + backward + AdamW on the parameters that train) or one greedy generation
-with the KV cache. Every turn of the model is divided by the mean of the two stock turns around it, so a machine
-shared with other jobs disturbs both sides of a ratio alike; the record keeps every ratio, their median and their
-spread (min, max). Times are taken with the default allocator. Peak memory is the resident memory above what the
-process held before a training step, measured in a second, shorter subprocess whose large blocks go straight to mmap
-(so freed tensors leave the process; timing under that setting would add a page fault to every large allocation,
-which slowed the models with many large temporaries, the bridges, by 15% more than their stock model).
+`steps` timed training steps (forward + backward + AdamW on the parameters that train), `steps` inference forwards
+(no grad, eval: the cases with `forward=True`, such as `sentinel-prune-30/50/70`, which skip training) or one
+greedy generation with the KV cache. Every turn of the model is divided by the mean of the two stock turns around
+it, so a machine shared with other jobs disturbs both sides of a ratio alike; the record keeps every ratio, their
+median and their spread (min, max). Times are taken with the default allocator. Peak memory is the resident memory
+above what the process held before a training step, measured in a second, shorter subprocess whose large blocks go
+straight to mmap (so freed tensors leave the process; timing under that setting would add a page fault to every
+large allocation, which slowed the models with many large temporaries, the bridges, by 15% more than their stock
+model).
 
     interlayer bench                        # every case at its full shape, 2 threads, one subprocess per case
     interlayer bench --quick --in-process   # tiny shapes, one step (what tests/test_bench.py runs)
     interlayer bench --cases mhc hc-static --rounds 5 --compile
+    interlayer bench --cases sentinel-prune-30 sentinel-prune-50 sentinel-prune-70   # pruned heads: forward, decoding
 
 Writes `bench.json` (the machine, the command, every turn) and `bench.md` (the table) in `--out`. The helpers below
 are also what the scripts in `benchmarks/` use (each configuration in its own subprocess there).
@@ -68,6 +71,9 @@ ROBERTA_LARGE_SHAPE = dict(
     num_labels=2,
 )
 GPT2_SMALL_SHAPE = dict(n_embd=384, n_layer=6, n_head=6, vocab_size=8192, n_positions=512)
+# GPT-2 small itself (124M): the pruned-sentinel cases measure what removing heads saves at the real shape, where the
+# LM head (768 x 50257, about a quarter of a forward's FLOPs at 256 tokens) is part of what a user runs
+GPT2_124M_SHAPE = dict(n_embd=768, n_layer=12, n_head=12, vocab_size=50257, n_positions=1024)
 MARIAN_SMALL_SHAPE = dict(
     vocab_size=8000,
     decoder_vocab_size=8000,
@@ -136,6 +142,12 @@ class Case:
     preset: str | None = None
     options: dict = dataclasses.field(default_factory=dict)
     quick_options: dict = dataclasses.field(default_factory=dict)  # replaces `options` at the tiny shapes
+    shape: dict | None = None  # replaces the family's full shape (FULL); the tiny shape stays TINY's
+    # after conversion, `interlayer.sentinel.prune_by_strategy(model, prune_fraction, "magnitude")`: that fraction of
+    # all heads removed structurally, chosen over the whole model (so layers may keep different numbers of heads)
+    prune_fraction: float | None = None
+    train: bool = True  # timed training steps (`train_*` in the record)
+    forward: bool = False  # timed inference forwards (no grad, eval, no cache: `forward_*`) and their FLOPs
 
 
 CASES = {
@@ -157,6 +169,12 @@ CASES = {
         options=dict(bridge_fixed_length=16, bridge_hidden_size=512, bridge_heads=8),
         quick_options=dict(bridge_fixed_length=5, bridge_hidden_size=48, bridge_heads=4),
     ),
+    **{
+        f"sentinel-prune-{percent}": Case(
+            "sentinel", "gpt2", shape=GPT2_124M_SHAPE, prune_fraction=percent / 100, train=False, forward=True
+        )
+        for percent in (30, 50, 70)
+    },
 }
 
 
@@ -230,18 +248,69 @@ def training_step(model, inputs: dict) -> Callable[[], None]:
     return step
 
 
-def training_flops(model, inputs: dict) -> int:
-    """Floating-point operations of one forward + backward (`model(**inputs).loss`), as counted by
-    `torch.utils.flop_counter.FlopCounterMode`: the matrix products and attention, not the element-wise operations
-    (which are memory-bound, and what the measured ratio adds on top of these)."""
-    from torch.utils.flop_counter import FlopCounterMode
+def flop_counter():
+    """`torch.utils.flop_counter.FlopCounterMode` counting the matrix products and attention, not the element-wise
+    operations (which are memory-bound, and what a measured ratio adds on top of these). torch counts the fused
+    attention kernels of CUDA only; the CPU kernel (what `sdpa` runs here) gets the same formula, dense (a causal
+    mask's skipped half counted, on both sides of a ratio alike)."""
+    import torch
+    from torch.utils import flop_counter
 
+    def forward(query, key, value, *args, out_shape=None, **kwargs):  # FlopCounterMode passes shapes
+        return flop_counter.sdpa_flop_count(query, key, value)
+
+    def backward(grad_out, query, key, value, *args, out_shape=None, **kwargs):
+        return flop_counter.sdpa_backward_flop_count(grad_out, query, key, value)
+
+    aten = torch.ops.aten
+    cpu = {
+        aten._scaled_dot_product_flash_attention_for_cpu: forward,
+        aten._scaled_dot_product_flash_attention_for_cpu_backward: backward,
+    }
+    return flop_counter.FlopCounterMode(display=False, custom_mapping=cpu)
+
+
+def training_flops(model, inputs: dict) -> int:
+    """Floating-point operations of one forward + backward (`model(**inputs).loss`), as `flop_counter` counts them."""
     model.train()
-    with FlopCounterMode(display=False) as counter:
+    with flop_counter() as counter:
         model(**inputs).loss.backward()
     for p in model.parameters():
         p.grad = None
     return counter.get_total_flops()
+
+
+def attention_modules(model) -> list[str]:
+    """Names of the outermost modules whose class name ends in `Attention` (one per layer: GPT-2's `h.3.attn`)."""
+    names = [name for name, m in model.named_modules() if name and type(m).__name__.endswith("Attention")]
+    return [n for n in names if not any(n.startswith(outer + ".") for outer in names)]
+
+
+def forward_flops(model, input_ids) -> dict:
+    """Floating-point operations (as `flop_counter` counts them) of one inference forward (`inference_forward`):
+    `total`, and `attention`, those inside the attention modules (`attention_modules`: the query, key, value and output
+    projections and the attention's score and value products)."""
+    import torch
+
+    with torch.no_grad(), flop_counter() as counter:  # no_grad outside: torch's module tracker needs it so
+        inference_forward(model, input_ids)()
+    counts = counter.get_flop_counts()
+    root = type(model).__name__
+    attention = sum(sum(counts.get(f"{root}.{name}", {}).values()) for name in attention_modules(model))
+    return {"total": counter.get_total_flops(), "attention": attention}
+
+
+def inference_forward(model, input_ids) -> Callable[[], None]:
+    """One forward of `model` in eval mode without gradients or cache (all the logits), as a callable."""
+    import torch
+
+    model.eval()
+
+    def forward():
+        with torch.no_grad():
+            model(input_ids=input_ids, use_cache=False)
+
+    return forward
 
 
 def measure_training(model, steps: int, **inputs) -> dict:
@@ -400,7 +469,7 @@ def measure_case(
     from .zoo import convert
 
     case = CASES[name]
-    shape = TINY[case.family] if quick else FULL[case.family]
+    shape = TINY[case.family] if quick else (case.shape or FULL[case.family])
     if layers is not None and case.family == "llama":
         shape = {**shape, "num_hidden_layers": layers}
     (batch, seq), generation = (QUICK_INPUTS if quick else FULL_INPUTS)[case.family]
@@ -408,6 +477,10 @@ def measure_case(
     with tempfile.TemporaryDirectory() as folder:
         stock = build_stock(case.family, shape, folder)
         model, _ = convert(folder, mechanism=case.mechanism, task=case.task, preset=case.preset, **options)
+    if case.prune_fraction is not None:
+        from .sentinel import prune_by_strategy
+
+        prune_by_strategy(model, case.prune_fraction, "magnitude")
     vocab = shape["vocab_size"]
     inputs = case_inputs(case.family, vocab, batch, seq)
     if memory_only:
@@ -429,28 +502,28 @@ def measure_case(
         "shape": shape,
         "train_batch": [batch, seq],
         "trainable_parameters": trainable,
-        "train_flops": {"stock": training_flops(stock, inputs), "model": training_flops(model, inputs)},
     }
+    if case.train:
+        record["train_flops"] = {"stock": training_flops(stock, inputs), "model": training_flops(model, inputs)}
+    if case.prune_fraction is not None:
+        heads = model.config.num_hidden_layers * model.config.num_attention_heads
+        pruned = sum(len(v) for v in model.config.pruned_heads.values())
+        record["heads"] = {"stock": heads, "model": heads - pruned, "pruned_fraction": case.prune_fraction}
+    if case.forward:
+        flops = {"stock": forward_flops(stock, inputs["input_ids"]), "model": forward_flops(model, inputs["input_ids"])}
+        flops["attention_removed"] = 1 - flops["model"]["attention"] / flops["stock"]["attention"]
+        record["forward_flops"] = flops
     modes = [("eager", stock, model)]
     if compiled:
         modes.append(("compiled", torch.compile(stock), torch.compile(model)))
     for mode, stock_m, model_m in modes:
-        steppers = {"stock": training_step(stock_m, inputs), "model": training_step(model_m, inputs)}
-        for step in steppers.values():
-            step()  # warm-up (and compilation)
-        turns = {"stock": [], "model": []}
-        memory = {"stock": [], "model": []}
-        order = ["stock", *(["model", "stock"] * rounds)]
-        for who in order:
-            r = measure_steps(steppers[who], steps, warmup=0)
-            turns[who].append(r["step_s"])
-            memory[who].append(r["peak_rss_mb"])
-            if progress is not None:
-                progress.update(1)
-        record[f"train_{mode}"] = {
-            **_stats(turns["model"], turns["stock"]),
-            "peak_rss_mb": {who: statistics.median(v) for who, v in memory.items()},
-        }
+        if case.train:
+            steppers = {"stock": training_step(stock_m, inputs), "model": training_step(model_m, inputs)}
+            record[f"train_{mode}"] = _timed_turns(steppers, rounds, steps, progress)
+        if case.forward:
+            ids = inputs["input_ids"]
+            steppers = {"stock": inference_forward(stock_m, ids), "model": inference_forward(model_m, ids)}
+            record[f"forward_{mode}"] = _timed_turns(steppers, rounds, steps, progress)
     if generation is not None:
         prompt_length, new_tokens = generation
         prompt = torch.randint(2, vocab - 2, (1, prompt_length), generator=torch.Generator().manual_seed(1))
@@ -474,9 +547,29 @@ def measure_case(
     return record
 
 
+def _timed_turns(steppers: dict, rounds: int, steps: int, progress=None) -> dict:
+    """`steppers["stock"]` and `steppers["model"]` in turns (stock first and last), `steps` calls a turn after one
+    warm-up call each (and compilation): `_stats` of the turns' median times, and their median peak memory."""
+    for step in steppers.values():
+        step()
+    turns = {"stock": [], "model": []}
+    memory = {"stock": [], "model": []}
+    for who in ["stock", *(["model", "stock"] * rounds)]:
+        r = measure_steps(steppers[who], steps, warmup=0)
+        turns[who].append(r["step_s"])
+        memory[who].append(r["peak_rss_mb"])
+        if progress is not None:
+            progress.update(1)
+    return {
+        **_stats(turns["model"], turns["stock"]),
+        "peak_rss_mb": {who: statistics.median(v) for who, v in memory.items()},
+    }
+
+
 def turns_per_case(name: str, quick: bool, rounds: int, compiled: bool) -> int:
-    generation = (QUICK_INPUTS if quick else FULL_INPUTS)[CASES[name].family][1]
-    return (1 + 2 * rounds) * (1 + compiled) * (1 + (generation is not None))
+    case = CASES[name]
+    generation = (QUICK_INPUTS if quick else FULL_INPUTS)[case.family][1]
+    return (1 + 2 * rounds) * (case.train + case.forward + (generation is not None)) * (1 + compiled)
 
 
 def machine() -> dict:
@@ -509,15 +602,18 @@ def _fmt(stats: dict | None) -> str:
 
 
 def markdown_table(records: list[dict]) -> str:
-    """One row per case: the FLOPs of a training step (matrix products and attention) over stock's, the median ratio
-    to stock (and its spread over the rounds) of the training step's time, its peak memory and the time per generated
-    token (eager and compiled)."""
+    """One row per case that trains: the FLOPs of a training step (matrix products and attention) over stock's, the
+    median ratio to stock (and its spread over the rounds) of the training step's time, its peak memory and the time
+    per generated token (eager and compiled). Then, for the cases that time inference forwards, `forward_table`."""
     lines = [
         "| case | class | FLOPs ratio | step ratio | compiled step ratio | stock step (s) | peak RSS ratio "
         "| time per token ratio | compiled time per token ratio |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
+    forward = [r for r in records if "forward_eager" in r]
     for r in records:
+        if "train_eager" not in r:
+            continue
         train = r["train_eager"]
         memory = train["peak_rss_mb"]
         rss = f"{memory['model'] / memory['stock']:.2f}x" if memory["stock"] > 0 else "-"
@@ -526,6 +622,31 @@ def markdown_table(records: list[dict]) -> str:
             f"| {r['case']} | {r['class']} | {flops['model'] / flops['stock']:.2f}x | {_fmt(train)} | "
             f"{_fmt(r.get('train_compiled'))} | {statistics.median(train['stock']):.3f} | {rss} | "
             f"{_fmt(r.get('decode_eager'))} | {_fmt(r.get('decode_compiled'))} |"
+        )
+    if len(lines) == 2:
+        lines = []
+    return "\n".join(lines) + ("\n\n" if lines and forward else "\n" if lines else "") + forward_table(forward)
+
+
+def forward_table(records: list[dict]) -> str:
+    """One row per case that times inference forwards: the heads left (of stock's), the share of the attention
+    modules' FLOPs removed, the forward's FLOPs over stock's, the median ratio to stock (min-max) of the forward's
+    time and of the time per generated token."""
+    if not records:
+        return ""
+    lines = [
+        "| case | class | heads | attention FLOPs removed | forward FLOPs ratio | forward ratio | compiled forward "
+        "ratio | stock forward (s) | time per token ratio |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in records:
+        flops, heads = r["forward_flops"], r.get("heads")
+        left = f"{heads['model']}/{heads['stock']}" if heads else "-"
+        lines.append(
+            f"| {r['case']} | {r['class']} | {left} | "
+            f"{flops['attention_removed']:.0%} | {flops['model']['total'] / flops['stock']['total']:.2f}x | "
+            f"{_fmt(r['forward_eager'])} | {_fmt(r.get('forward_compiled'))} | "
+            f"{statistics.median(r['forward_eager']['stock']):.3f} | {_fmt(r.get('decode_eager'))} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -603,8 +724,9 @@ def run_bench(
                 continue
             args = [name, "1" if quick else "0", str(rounds), str(steps), "1" if compiled else "0", str(layers or "-")]
             record = _run_case_worker(name, [*args, "time"], threads, progress)
-            memory = _run_case_worker(name, [*args, "memory"], threads, None, MALLOC_MMAP_THRESHOLD_="65536")
-            record["train_eager"]["peak_rss_mb"] = memory["peak_rss_mb"]
+            if CASES[name].train:
+                memory = _run_case_worker(name, [*args, "memory"], threads, None, MALLOC_MMAP_THRESHOLD_="65536")
+                record["train_eager"]["peak_rss_mb"] = memory["peak_rss_mb"]
             records.append(record)
             write_record(out, records, command, threads, quick, rounds, steps)  # what is done survives a stop
     return write_record(out, records, command, threads, quick, rounds, steps)

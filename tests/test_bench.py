@@ -17,7 +17,9 @@ def check_record(record, cases, rounds):
     assert record["rounds"] == rounds and record["machine"]["threads"] == 2 and record["machine"]["torch"]
     for r in record["cases"]:
         assert r["mechanism"] == CASES[r["case"]].mechanism
-        phases = ["train_eager"] + (["decode_eager"] if CASES[r["case"]].family != "bert" else [])
+        case = CASES[r["case"]]
+        phases = ["train_eager"] * case.train + ["forward_eager"] * case.forward
+        phases += ["decode_eager"] if case.family != "bert" else []
         assert sorted(k for k in r if k.endswith("_eager")) == sorted(phases), r["case"]
         for phase in phases:
             p = r[phase]
@@ -59,6 +61,48 @@ def test_quick_bench_writes_json_and_markdown_for_every_family(tmp_path, capsys)
             cells[7] == "-" if r["case"] == "bridge-H9" else cells[7].startswith(f"{r['decode_eager']['median']:.2f}x")
         )
     assert table in capsys.readouterr().out
+
+
+PRUNE_CASES = ["sentinel-prune-30", "sentinel-prune-70"]
+
+
+def test_pruned_sentinel_cases_time_the_forward_against_the_attention_flops_removed(tmp_path):
+    """GPT-2 with a fraction of its heads pruned: no training turns, inference forwards and decoding against stock,
+    the heads left, the attention FLOPs removed (every GPT-2 head costs the same, so their share) and the forward's
+    FLOPs ratio, in a second table."""
+    out = tmp_path / "bench"
+    assert main(["bench", "--quick", "--in-process", "--cases", *PRUNE_CASES, "--out", str(out)]) == 0
+    record = json.loads((out / "bench.json").read_text())
+    check_record(record, PRUNE_CASES, rounds=1)
+    table = (out / "bench.md").read_text()
+    assert "| step ratio |" not in table  # no case trains, so no training table
+    rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line]
+    assert len(rows) == 1 + len(PRUNE_CASES) and "| attention FLOPs removed | forward FLOPs ratio |" in rows[0]
+    for r, row in zip(record["cases"], rows[1:]):
+        assert "train_flops" not in r and r["class"] == "GPT2SentinelLMHeadModel"
+        shape, (batch, seq) = r["shape"], r["train_batch"]
+        heads = r["heads"]
+        assert heads["stock"] == shape["n_layer"] * shape["n_head"]
+        assert heads["model"] == heads["stock"] - round(CASES[r["case"]].prune_fraction * heads["stock"])
+        flops = r["forward_flops"]
+        # stock attention per layer: the q, k, v and output projections and the score and value products (dense)
+        width = shape["n_embd"]
+        layer = 2 * batch * seq * 4 * width * width + 4 * batch * seq * seq * width
+        assert flops["stock"]["attention"] == shape["n_layer"] * layer
+        assert flops["attention_removed"] == pytest.approx(1 - heads["model"] / heads["stock"])
+        assert flops["attention_removed"] == pytest.approx(
+            1 - flops["model"]["attention"] / flops["stock"]["attention"]
+        )
+        # only the attention changes: the rest of the forward costs stock and pruned model the same
+        assert flops["stock"]["total"] - flops["model"]["total"] == (
+            flops["stock"]["attention"] - flops["model"]["attention"]
+        )
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[:3] == [r["case"], r["class"], f"{heads['model']}/{heads['stock']}"]
+        assert cells[3] == f"{flops['attention_removed']:.0%}"
+        assert cells[4] == f"{flops['model']['total'] / flops['stock']['total']:.2f}x"
+        assert cells[5].startswith(f"{r['forward_eager']['median']:.2f}x") and cells[6] == "-"
+        assert cells[8].startswith(f"{r['decode_eager']['median']:.2f}x")
 
 
 def test_bench_runs_a_case_in_its_own_process(tmp_path):

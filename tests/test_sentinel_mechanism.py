@@ -3,6 +3,7 @@
 import pytest
 import torch
 from gpt2_fixtures import TINY_GPT2, build_stock_gpt2, lm_batch, lm_labels
+from torch.utils.flop_counter import FlopCounterMode
 from transformers import GPT2LMHeadModel
 from transformers.models.gpt2.modeling_gpt2 import GPT2Block
 
@@ -78,6 +79,27 @@ def test_pruned_model_equals_gated_model_with_those_gates_at_zero(gpt2_dir, tmp_
     assert reloaded.transformer.h[2].attn.head_ids.tolist() == [1, 2, 3]
     with torch.no_grad():
         torch.testing.assert_close(reloaded(**batch).logits, pruned)
+
+
+def test_a_layer_without_heads_outputs_a_tensor_of_its_own(gpt2_dir):
+    """A layer whose every head is pruned adds c_proj's bias as a new tensor: writable in place without touching the
+    bias, and the model runs under no_grad inside torch's FLOP counter (whose module tracker rejects a view of a
+    parameter made under no_grad)."""
+    model = GPT2SentinelLMHeadModel.from_pretrained(gpt2_dir).eval()
+    with torch.no_grad():
+        model.transformer.h[3].attn.c_proj.bias.normal_()
+    model.prune_heads({3: [0, 1, 2, 3]})
+    attn, batch = model.transformer.h[3].attn, lm_batch()
+    bias = attn.c_proj.bias.detach().clone()
+    with torch.no_grad():
+        expected = model(**batch).logits
+        out, _ = attn(torch.randn(2, 5, TINY_GPT2["n_embd"]))
+        torch.testing.assert_close(out, bias.expand(2, 5, -1))
+        out.add_(1.0)
+        with FlopCounterMode(display=False):
+            counted = model(**batch).logits
+    torch.testing.assert_close(attn.c_proj.bias, bias)
+    torch.testing.assert_close(counted, expected)
 
 
 def test_pruning_twice_uses_original_head_indices(gpt2_dir):

@@ -182,14 +182,16 @@ class SentinelGates:
 
     def no_heads(self, out_projection: nn.Module, hidden_states: torch.Tensor, past_key_values) -> torch.Tensor:
         """The attention output of a layer whose every head is pruned: the output projection of nothing, its bias
-        (or zeros); the cache still advances, with no heads."""
+        (or zeros), as a tensor of its own (not a view of the bias: under no_grad such a view would be a leaf that
+        requires grad without a grad function, and in-place updates downstream would write into the bias); the
+        cache still advances, with no heads."""
         batch, seq = hidden_states.shape[:2]
         if past_key_values is not None:
             empty = hidden_states.new_zeros(batch, 0, seq, self.head_dim)
             past_key_values.update(empty, empty, self.layer_idx)
         if out_projection.bias is None:
             return torch.zeros_like(hidden_states)
-        return out_projection.bias.expand(batch, seq, -1)
+        return torch.zeros_like(hidden_states) + out_projection.bias
 
     def attend(self, query, key, value, attention_mask, eager_fallback, **kwargs):
         """The stock attention function on (batch, heads, seq, head_dim) states, then the gates: returns the heads'
