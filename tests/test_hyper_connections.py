@@ -616,6 +616,22 @@ def test_fused_coefficients_equal_the_eager_path(stock_llama, monkeypatch):
     assert fused_stats.keys() == stats.keys() and all(fused_stats[k] == pytest.approx(stats[k]) for k in stats)
 
 
+def test_fused_coefficients_run_under_a_flop_counter(stock_llama):
+    """Under a dispatch mode such as torch's FlopCounterMode (which torch.compile refuses to run under) `hc_fused`
+    takes the eager path: a training step counts the FLOPs of the unfused model."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    batch = lm_batch()
+    batch["labels"] = lm_labels(batch)
+    flops = []
+    for fused in (False, True):
+        model = randomised(stock_llama[0], freeze_base=False, hc_fused=fused).train()
+        with FlopCounterMode(display=False) as counter:
+            model(**batch).loss.backward()
+        flops.append(counter.get_total_flops())
+    assert flops[0] > 0 and flops[1] == flops[0]
+
+
 def test_composite_gain_prefix_scan_equals_the_sequential_products():
     """The parallel scan behind the composite-gain statistics gives every prefix product `res[i] ... res[0]`."""
     from interlayer.models.modeling_hyper_connections import CompositeGain

@@ -23,6 +23,7 @@ import math
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 from torch.utils.checkpoint import checkpoint
 from transformers import initialization as init
 from transformers.cache_utils import Cache
@@ -468,7 +469,9 @@ class HyperConnection(nn.Module):
                 scale = self.dynamic_scale.float()
                 pre, post, res = pre + scale[0] * d_pre, post + scale[1] * d_post, res + scale[2] * d_res
             elif self.dynamic:  # fused: one compiled graph (Sinkhorn's backward in it too, so nothing to recompute)
-                fused = self.fused and not torch.compiler.is_compiling()
+                # eager inside a compiled model (traced as a whole) and under a dispatch mode such as torch's
+                # FlopCounterMode, which torch.compile refuses to run under
+                fused = self.fused and not torch.compiler.is_compiling() and not is_in_torch_dispatch_mode()
                 fn = _compiled(_mhc_coefficients) if fused else _mhc_coefficients
                 weight, scale = self.dynamic_proj.weight.float(), self.dynamic_scale.float()
                 recompute = torch.is_grad_enabled() and not fused
