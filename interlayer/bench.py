@@ -105,16 +105,6 @@ TINY = {
     "bert": dict(
         hidden_size=32, num_hidden_layers=6, num_attention_heads=4, intermediate_size=64, vocab_size=128, num_labels=2
     ),
-    "roberta": dict(
-        hidden_size=32,
-        num_hidden_layers=6,
-        num_attention_heads=4,
-        intermediate_size=64,
-        vocab_size=128,
-        max_position_embeddings=130,
-        pad_token_id=1,
-        num_labels=2,
-    ),
     "gpt2": dict(n_embd=32, n_layer=2, n_head=4, vocab_size=128, n_positions=128),
     "marian": {
         **MARIAN_SMALL_SHAPE,
@@ -122,6 +112,7 @@ TINY = {
         **dict(encoder_layers=2, decoder_layers=2, pad_token_id=63, decoder_start_token_id=63),
     },
 }
+TINY["roberta"] = {**TINY["bert"], "max_position_embeddings": 130, "pad_token_id": 1}  # positions from pad + 1
 FULL = {"llama": SMOLLM2_SHAPE, "bert": MINILM_SHAPE, "gpt2": GPT2_SMALL_SHAPE, "marian": MARIAN_SMALL_SHAPE}
 FULL["roberta"] = ROBERTA_LARGE_SHAPE
 # (batch, sequence) of a training step and (prompt length, new tokens) of a generation, per stock family
