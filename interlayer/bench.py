@@ -340,19 +340,42 @@ def emit(result: dict) -> None:
     print(json.dumps(result))
 
 
+# large blocks straight from mmap, so that freed tensors leave the process and its peak resident memory follows the
+# live tensors; only for memory figures (a page fault per large allocation would slow the timed steps)
+MMAP_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536"}
+TURN_DONE = "interlayer-bench: turn done"  # what a worker writes on stderr after each finished turn
+
+
+def run_python(args: list[str], threads: int = 2, env: dict | None = None, progress=None) -> dict:
+    """Run `python ARGS` in a subprocess on `threads` threads (and `env`) and return what it emitted (its last stdout
+    line, JSON); each `TURN_DONE` line it writes on stderr advances `progress`."""
+    worker = subprocess.Popen(
+        [sys.executable, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": str(threads), **(env or {})},
+    )
+    errors = []
+    for line in worker.stderr:
+        if line.strip() == TURN_DONE:
+            if progress is not None:
+                progress.update(1)
+        else:
+            errors.append(line)
+    output = worker.stdout.read()
+    if worker.wait():
+        raise RuntimeError(f"python {' '.join(args)} failed:\n{''.join(errors)[-3000:]}")
+    return json.loads(output.strip().splitlines()[-1])
+
+
 def run_worker(script: str, args: list[str], threads: int = 2, memory: bool = True) -> dict:
     """Run `script args` in a subprocess on `threads` threads and return what it emitted (its last stdout line, JSON);
-    with `memory`, run it a second time under the mmap allocator and take `peak_rss_mb` from that run."""
-    results = []
-    for extra in ({}, {"MALLOC_MMAP_THRESHOLD_": "65536"})[: 2 if memory else 1]:
-        env = {**os.environ, "OMP_NUM_THREADS": str(threads), **extra}
-        out = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, env=env)
-        if out.returncode:
-            raise RuntimeError(f"{script} {' '.join(args)} failed:\n{out.stderr[-3000:]}")
-        results.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    with `memory`, run it a second time under `MMAP_ENV` and take `peak_rss_mb` from that run."""
+    result = run_python([script, *args], threads)
     if memory:
-        results[0]["peak_rss_mb"] = results[1]["peak_rss_mb"]
-    return results[0]
+        result["peak_rss_mb"] = run_python([script, *args], threads, MMAP_ENV)["peak_rss_mb"]
+    return result
 
 
 def against_stock(run_stock: Callable[[], dict], runs: Callable[[], list], key: str = "step_s", lower: bool = True):
@@ -651,9 +674,6 @@ def quiet_transformers() -> None:
     transformers.logging.disable_progress_bar()
 
 
-TURN_DONE = "interlayer-bench: turn done"
-
-
 class _TurnReporter:
     """The worker's side of the progress bar: one line on stderr per finished turn."""
 
@@ -715,36 +735,14 @@ def run_bench(
                     torch.set_num_threads(previous)
                 continue
             args = [name, "1" if quick else "0", str(rounds), str(steps), "1" if compiled else "0", str(layers or "-")]
-            record = _run_case_worker(name, [*args, "time"], threads, progress)
+            worker = ["-m", "interlayer.bench", *args]
+            record = run_python([*worker, "time"], threads, progress=progress)
             if CASES[name].train:
-                memory = _run_case_worker(name, [*args, "memory"], threads, None, MALLOC_MMAP_THRESHOLD_="65536")
+                memory = run_python([*worker, "memory"], threads, MMAP_ENV)
                 record["train_eager"]["peak_rss_mb"] = memory["peak_rss_mb"]
             records.append(record)
             write_record(out, records, command, threads, quick, rounds, steps)  # what is done survives a stop
     return write_record(out, records, command, threads, quick, rounds, steps)
-
-
-def _run_case_worker(name: str, args: list[str], threads: int, progress, **env) -> dict:
-    """One case in a subprocess (`python -m interlayer.bench ARGS`), its finished turns reported to `progress`."""
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), **env}
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "interlayer.bench", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    errors = []
-    for line in worker.stderr:  # the worker reports each finished turn on stderr
-        if line.strip() == TURN_DONE:
-            if progress is not None:
-                progress.update(1)
-        else:
-            errors.append(line)
-    output = worker.stdout.read()
-    if worker.wait():
-        raise RuntimeError(f"interlayer bench: case {name} failed:\n{''.join(errors)[-3000:]}")
-    return json.loads(output.strip().splitlines()[-1])
 
 
 def write_record(out: Path, records: list[dict], command, threads: int, quick: bool, rounds: int, steps: int) -> dict:
