@@ -106,6 +106,12 @@ def _single_stream(streams: torch.Tensor) -> torch.Tensor | None:
     return streams[..., :1, :] if streams.shape[-2] > 1 and streams.stride(-2) == 0 else None
 
 
+def _read_mix(maps: torch.Tensor, streams: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(H_pre h, H_res h)`: rows 0 and 1.. of `_product` (views of it)."""
+    product = _product(maps, streams)
+    return product[..., 0, :], product[..., 1:, :]
+
+
 def _write(mixed: torch.Tensor, post: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """`H_res h + H_post^T F(x)` from the mixed streams `H_res h` and the sublayer output."""
     return torch.addcmul(mixed, post.unsqueeze(-1), out.unsqueeze(-2))
@@ -139,8 +145,8 @@ class _ReadMix(torch.autograd.Function):
         ctx.save_for_backward(maps, streams)
         # detached: matmul folds differently when an input requires grad, and the stream recomputation (no grad)
         # must rebuild the same bits
-        product = _product(maps.detach(), streams.detach())
-        return product[..., 0, :].clone(), product[..., 1:, :]
+        x, mixed = _read_mix(maps.detach(), streams.detach())
+        return x.clone(), mixed
 
     @staticmethod
     def backward(ctx, grad_x, grad_mixed):
@@ -256,7 +262,7 @@ class StreamRecomputation:
                 streams = self.kept[start]
                 for i in range(start, index):
                     maps, post, out = self.steps[i]
-                    streams = _write(_product(maps, streams)[..., 1:, :], post, out)
+                    streams = _write(_read_mix(maps, streams)[1], post, out)
                     self.cache[i + 1] = streams
         return self.cache[index].as_strided(shape, stride, offset)
 
@@ -509,11 +515,7 @@ class HyperConnection(nn.Module):
         # read-in and mixing in one product: row 0 of [H_pre; H_res] @ h is the sublayer input, rows 1.. the mixed
         # streams
         grad = torch.is_grad_enabled()
-        if grad:
-            x, mixed = _ReadMix.apply(maps, streams)
-        else:
-            product = _product(maps, streams)
-            x, mixed = product[..., 0, :], product[..., 1:, :]
+        x, mixed = _ReadMix.apply(maps, streams) if grad else _read_mix(maps, streams)
         if recompute is not None:
             recompute.read(maps, post)
         out = sublayer(x)
