@@ -12,6 +12,18 @@ from interlayer.cli import main
 FAMILY_CASES = ["hc-static", "bridge-H9", "sentinel", "attention-bridge"]  # one case per stock family
 
 
+def check_phases(r, phases, rounds):
+    """Each phase's turns are positive and its ratios, median and spread are computed from them."""
+    for phase in phases:
+        p = r[phase]
+        assert len(p["stock"]) == rounds + 1 and len(p["model"]) == len(p["ratios"]) == rounds
+        assert all(t > 0 for t in p["stock"] + p["model"])
+        expected = [m / ((a + b) / 2) for m, a, b in zip(p["model"], p["stock"], p["stock"][1:])]
+        assert p["ratios"] == pytest.approx(expected)
+        assert p["median"] == pytest.approx(statistics.median(expected))
+        assert p["min"] <= p["median"] <= p["max"]
+
+
 def check_record(record, cases, rounds):
     assert [r["case"] for r in record["cases"]] == cases
     assert record["rounds"] == rounds and record["machine"]["threads"] == 2 and record["machine"]["torch"]
@@ -21,14 +33,7 @@ def check_record(record, cases, rounds):
         phases = ["train_eager"] * case.train + ["forward_eager"] * case.forward
         phases += ["decode_eager"] if case.family != "bert" else []
         assert sorted(k for k in r if k.endswith("_eager")) == sorted(phases), r["case"]
-        for phase in phases:
-            p = r[phase]
-            assert len(p["stock"]) == rounds + 1 and len(p["model"]) == len(p["ratios"]) == rounds
-            assert all(t > 0 for t in p["stock"] + p["model"])
-            expected = [m / ((a + b) / 2) for m, a, b in zip(p["model"], p["stock"], p["stock"][1:])]
-            assert p["ratios"] == pytest.approx(expected)
-            assert p["median"] == pytest.approx(statistics.median(expected))
-            assert p["min"] <= p["median"] <= p["max"]
+        check_phases(r, phases, rounds)
 
 
 def test_quick_bench_writes_json_and_markdown_for_every_family(tmp_path, capsys):
@@ -103,6 +108,25 @@ def test_pruned_sentinel_cases_time_the_forward_against_the_attention_flops_remo
         assert cells[4] == f"{flops['model']['total'] / flops['stock']['total']:.2f}x"
         assert cells[5].startswith(f"{r['forward_eager']['median']:.2f}x") and cells[6] == "-"
         assert cells[8].startswith(f"{r['decode_eager']['median']:.2f}x")
+
+
+def test_compiled_steps_and_decoding_against_compiled_stock(tmp_path):
+    """`--compile` adds the compiled training step and compiled decoding (static cache); a model whose cache has no
+    static form (latent) gets the reason instead of figures, and its other phases are still measured."""
+    out = tmp_path / "bench"
+    cases = ["hc-static", "latent"]
+    assert main(["bench", "--quick", "--in-process", "--compile", "--cases", *cases, "--out", str(out)]) == 0
+    record = json.loads((out / "bench.json").read_text())
+    check_record(record, cases, rounds=1)
+    hc, latent = record["cases"]
+    check_phases(hc, ["train_compiled", "decode_compiled"], rounds=1)
+    check_phases(latent, ["train_compiled"], rounds=1)
+    assert "StaticCache" in latent["decode_compiled"]["not_measured"]
+    rows = [line for line in (out / "bench.md").read_text().splitlines() if line.startswith("| ") and "---" not in line]
+    cells = {row.split("|")[1].strip(): [c.strip() for c in row.strip("|").split("|")] for row in rows[1:]}
+    assert cells["hc-static"][4].startswith(f"{hc['train_compiled']['median']:.2f}x")
+    assert cells["hc-static"][8].startswith(f"{hc['decode_compiled']['median']:.2f}x")
+    assert cells["latent"][8] == "-"
 
 
 def test_bench_runs_a_case_in_its_own_process(tmp_path):
