@@ -499,12 +499,7 @@ def measure_case(
     inputs = case_inputs(case.family, vocab, batch, seq)
     if memory_only:
         steppers = {"stock": training_step(stock, inputs), "model": training_step(model, inputs)}
-        for step in steppers.values():
-            step()
-        memory = {"stock": [], "model": []}
-        for who in ("stock", "model", "stock"):
-            memory[who].append(measure_steps(steppers[who], 1, warmup=0)["peak_rss_mb"])
-        return {"case": name, "peak_rss_mb": {who: statistics.median(v) for who, v in memory.items()}}
+        return {"case": name, "peak_rss_mb": _timed_turns(steppers, rounds=1, steps=1)["peak_rss_mb"]}
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     record = {
         "case": name,
