@@ -100,9 +100,12 @@ def write_qa_pairs(path, n: int) -> str:
     return "\n".join(r["question"] + " " + r["answer"] for r in rows)
 
 
-def decoder_case(model_class, build_stock, active_options, config_errors, lora_targets=("q_proj", "v_proj")):
+def decoder_case(
+    model_class, build_stock, active_options, config_errors, lora_targets=("q_proj", "v_proj"), identity_options=None
+):
     """The conformance case of a zoo causal LM converted from a tiny stock decoder (`config_errors`: options added to
-    `TINY_DECODER` and the error each must raise; `lora_targets`: the family's attention projections)."""
+    `TINY_DECODER` and the error each must raise; `lora_targets`: the family's attention projections;
+    `identity_options`: options under which `identity_init=True` gives the stock function, when not the defaults)."""
     from gpt2_fixtures import build_bert, lm_batch, lm_labels
 
     from interlayer.testing import ConformanceCase
@@ -117,4 +120,5 @@ def decoder_case(model_class, build_stock, active_options, config_errors, lora_t
         wrong_architecture=build_bert,
         config_errors=[({**TINY_DECODER, **o}, p) for o, p in config_errors],
         lora_targets=list(lora_targets),
+        identity_options=identity_options or {},
     )

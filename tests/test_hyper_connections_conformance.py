@@ -1,5 +1,5 @@
 """The zoo's conformance suite on hyper-connections, on every decoder family, with the modes varied across families:
-mHC (seed init, static), static and dynamic HC (with and without tanh, two streams)."""
+mHC (seed init, static, DeepSeek-V4's formula), static and dynamic HC (with and without tanh, two streams)."""
 
 from hc_fixtures import (
     build_stock_gemma2,
@@ -30,6 +30,7 @@ from interlayer.testing import ConformanceSuite
 HC_CONFIG_ERRORS = [
     (dict(hc_streams=0), r"hc_streams.*>= 1.*got 0"),
     (dict(hc_mode="residual"), r"hc_mode"),
+    (dict(mhc_variant="deepseek"), r"mhc_variant.*'seed', 'deepseek_v4'.*got deepseek"),
     (dict(sinkhorn_iters=0), r"sinkhorn_iters.*>= 1.*got 0"),
     (dict(hc_read_in_focus=1.5), r"hc_read_in_focus.*<= 1.*got 1.5"),
     (dict(hc_mode="mhc", hc_streams=1), r"identity_init=True.*hc_mode='mhc'.*hc_streams. >= 2"),
@@ -46,6 +47,15 @@ def hc_case(model_class, build_stock, active_options, **kwargs):
 class TestQwen3MHCConformance(ConformanceSuite):
     def make_case(self):
         return hc_case(Qwen3MHCForCausalLM, build_stock_qwen3, dict(identity_init=False))
+
+
+class TestQwen3DeepSeekMHCConformance(ConformanceSuite):
+    """DeepSeek-V4's mHC formula; identity at init holds to its eps (about 1e-6 per sublayer)."""
+
+    def make_case(self):
+        variant = dict(mhc_variant="deepseek_v4")
+        active = dict(variant, hc_init_noise=0.1)
+        return hc_case(Qwen3MHCForCausalLM, build_stock_qwen3, active, identity_options=variant)
 
 
 class TestLlamaStaticHCConformance(ConformanceSuite):

@@ -19,6 +19,7 @@ from transformers import (
 from .zoo_common import ZooConfigFields, ZooConfigMixin, check_choice, check_range, zoo_config
 
 HC_MODES = ("static", "dynamic", "mhc")
+MHC_VARIANTS = ("seed", "deepseek_v4")
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -37,13 +38,22 @@ class HyperConnectionFields(ZooConfigFields):
             `H_post = 2 sigmoid`, `H_res = Sinkhorn-Knopp(exp(.))`).
         mhc_dynamic (`bool`, defaults to `True`): in `"mhc"` mode, add the input-dependent part computed from the
             RMS-normalised flattened streams (mHC paper); `False` keeps mHC static.
+        mhc_variant (`str`, defaults to `"seed"`): the mHC formula in `"mhc"` mode. `"seed"`: the seed's constraints
+            above, `H_res` the Sinkhorn-Knopp projection of the raw `res` (columns then rows, rows last).
+            `"deepseek_v4"`: DeepSeek-V4's published code (TileKernels `tile_kernels/torch/mhc.py`, transformers'
+            `deepseek_v4`): `H_pre = sigmoid + 1e-6`, `H_post = 2 sigmoid` and a mixing matrix `comb` = row softmax
+            + 1e-6, then columns, then `sinkhorn_iters - 1` rounds of rows then columns, each divided by its sum +
+            1e-6; the streams are multiplied by `comb` transposed (`H_res = comb^T`), so `res` and the last K*K
+            outputs of the projection are `comb`'s logits indexed [input stream, output stream], as DeepSeek lays
+            them out. It cannot start as the exact identity: the 1e-6 in the denominators scales the residual by
+            about 1 - 1e-6 per sublayer (see docs/hyper_connections.md).
         hc_dynamic_tanh (`bool`, defaults to `True`): in `"dynamic"` mode, squash the input-dependent part with tanh
             (the HC paper reports that leaving it out is sometimes better).
         hc_dynamic_scale_init (`float`, defaults to 0.01): initial value of the learned scales `s` of the
             input-dependent parts (their projections start at zero, so the coefficients start static).
-        sinkhorn_iters (`int`, defaults to 20): Sinkhorn-Knopp iterations for `H_res` in `"mhc"` mode (each one
-            normalises columns then rows, so rows sum to 1 to rounding and columns approximately: at 20 rounds off
-            by up to 6.6e-2 for logits of standard deviation 3).
+        sinkhorn_iters (`int`, defaults to 20): Sinkhorn-Knopp iterations for `H_res` in `"mhc"` mode (in the seed
+            variant each one normalises columns then rows, so rows sum to 1 to rounding and columns approximately: at
+            20 rounds off by up to 6.6e-2 for logits of standard deviation 3; DeepSeek-V4 uses 20 as well).
         hc_read_in_focus (`float`, *optional*): share of each sublayer's read-in placed on stream `l mod K` (the rest
             spread evenly), which breaks the symmetry between streams without changing the function. Defaults to 1
             (one-hot, the HC paper) in `"static"`/`"dynamic"` mode and 0.5 in `"mhc"` mode, where a sigmoid cannot
@@ -66,7 +76,9 @@ class HyperConnectionFields(ZooConfigFields):
         identity_init (`bool`, defaults to `True`): choose raw coefficients whose constrained values make the model
             compute the stock function (read-in sums to 1, write 1, mixing rows sum to 1, read-out the mean).
             `False` uses the seed's raw initialisation (read-in 1/K, write 1, mixing identity), which in `"mhc"` mode
-            writes every sublayer output scaled by `2 * sigmoid(1)` (about 1.46) into the streams.
+            writes every sublayer output scaled by `2 * sigmoid(1)` (about 1.46) into the streams; with
+            `mhc_variant="deepseek_v4"`, DeepSeek-V4's (raw coefficients 0: read-in 0.5 + 1e-6 per stream, write 1,
+            mixing uniform 1/K).
     """
 
     reload_options: ClassVar[frozenset[str]] = ZooConfigFields.reload_options | {
@@ -84,6 +96,7 @@ class HyperConnectionFields(ZooConfigFields):
     hc_streams: int = 4
     hc_mode: Literal["static", "dynamic", "mhc"] = "mhc"
     mhc_dynamic: bool = True
+    mhc_variant: Literal["seed", "deepseek_v4"] = "seed"
     hc_dynamic_tanh: bool = True
     hc_dynamic_scale_init: float | int = 0.01
     sinkhorn_iters: int = 20
@@ -97,14 +110,16 @@ class HyperConnectionFields(ZooConfigFields):
         check_range("num_hidden_layers", self.num_hidden_layers, 1)
         check_range("hc_streams", self.hc_streams, 1)
         check_choice("hc_mode", self.hc_mode, HC_MODES)
+        check_choice("mhc_variant", self.mhc_variant, MHC_VARIANTS)
         check_range("sinkhorn_iters", self.sinkhorn_iters, 1)
         check_range("hc_read_in_focus", self.hc_read_in_focus, 0, 1, allow_none=True)
         check_range("hc_init_noise", self.hc_init_noise, 0)
         if self.hc_mode == "mhc" and self.identity_init:
-            if self.hc_streams == 1:
+            if self.hc_streams == 1 and self.mhc_variant == "seed":
                 raise ValueError(
                     "`identity_init=True` with `hc_mode='mhc'` needs `hc_streams` >= 2: with one stream the read-in "
-                    "is sigmoid(w), which never equals 1. Use hc_streams >= 2, another hc_mode or identity_init=False."
+                    "is sigmoid(w), which never equals 1. Use hc_streams >= 2, another hc_mode, "
+                    "mhc_variant='deepseek_v4' (whose read-in sigmoid(w) + 1e-6 reaches 1) or identity_init=False."
                 )
             if self.read_in_focus == 1:
                 raise ValueError(
@@ -203,6 +218,7 @@ class GPT2MHCConfig(ZooConfigMixin, GPT2Config, HyperConnectionFields):
 
 __all__ = [
     "HC_MODES",
+    "MHC_VARIANTS",
     "Gemma2MHCConfig",
     "Gemma3TextMHCConfig",
     "GPT2MHCConfig",

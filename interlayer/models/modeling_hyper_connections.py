@@ -10,12 +10,15 @@ every attention and MLP branch `F` (as the family declares it: its norms and dro
 with static coefficients (`hc_mode="static"`), coefficients plus an input-dependent part
 `s * tanh(Linear(RMSNorm(h_k)))` computed per stream (`"dynamic"`, HC paper), or the manifold-constrained form
 `H_pre = sigmoid(.)`, `H_post = 2 sigmoid(.)`, `H_res = Sinkhorn-Knopp(exp(.))`, whose input-dependent part is a
-linear map of the RMS-normalised flattened streams (`"mhc"`, mHC paper). Coefficients and the Sinkhorn projection
+linear map of the RMS-normalised flattened streams (`"mhc"`, mHC paper); `mhc_variant="deepseek_v4"` computes
+DeepSeek-V4's formula instead (`H_pre = sigmoid + eps`, `H_post = 2 sigmoid`, `H_res = comb^T` with `comb` a row
+softmax followed by alternating eps-guarded column and row normalisations). Coefficients and the Sinkhorn projection
 are computed in fp32, also under bf16 autocast and with bf16 or fp16 weights. The embedding output is copied into
 every stream, and a learned read-out `sum_k r_k h_k` (starting at the mean) feeds the stock final norm.
 
 With `identity_init=True` the streams stay equal until trained (read-in sums to 1, every stream receives `F(x)`, the
-rows of `H_res` sum to 1), so the converted model computes the stock function in every mode.
+rows of `H_res` sum to 1), so the converted model computes the stock function in every mode (DeepSeek-V4's variant
+to about 1e-6 per sublayer: its normalisations divide by the sum plus eps).
 """
 
 import contextlib
@@ -61,6 +64,7 @@ from .decoder_common import (
 from .zoo_common import StatsAccumulator
 
 COEFFICIENT_EPS = 1e-6
+MHC_EPS = 1e-6  # DeepSeek-V4's hc_eps: added to its read-in and softmax, and to every normalisation's denominator
 MHC_RES_DIAGONAL = 4.0  # raw diagonal of H_res at identity_init in mHC mode (about 0.95 on the diagonal at K=4)
 SUBLAYERS = ("attn", "mlp")
 
@@ -82,6 +86,42 @@ def sinkhorn_knopp(logits: torch.Tensor, iters: int) -> torch.Tensor:
         m = m / m.sum(dim=0, keepdim=True)
         m = m / m.sum(dim=1, keepdim=True)
     return m.movedim((0, 1), (-2, -1))
+
+
+def deepseek_comb(logits: torch.Tensor, iters: int, eps: float = MHC_EPS) -> torch.Tensor:
+    """DeepSeek-V4's mixing matrix `comb` (`[..., K, K]`, indexed [input stream, output stream]) from its logits, as
+    its published code computes it (TileKernels `sinkhorn_normalize_ref`, transformers' `DeepseekV4HyperConnection`):
+    a softmax over each row plus `eps`, each column divided by its sum plus `eps`, then `iters - 1` rounds of rows
+    then columns, each divided by its sum plus `eps`. Columns are normalised last, so each output stream's weights
+    sum to about `1 - eps`; the streams are mixed by `comb` transposed. Finite for any finite logits (the softmax is
+    shifted by its row's maximum, and every entry stays above 0 through the added `eps`). Runs with the K axes first,
+    as `sinkhorn_knopp`."""
+    m = torch.softmax(logits.movedim((-2, -1), (0, 1)), dim=1) + eps
+    m = m / (m.sum(dim=0, keepdim=True) + eps)
+    for _ in range(iters - 1):
+        m = m / (m.sum(dim=1, keepdim=True) + eps)
+        m = m / (m.sum(dim=0, keepdim=True) + eps)
+    return m.movedim((0, 1), (-2, -1))
+
+
+def _deepseek_res(logits: torch.Tensor, iters: int) -> torch.Tensor:
+    """`H_res = comb^T` ([output, input], what multiplies the streams) from DeepSeek-V4's comb logits."""
+    return deepseek_comb(logits, iters).mT
+
+
+def _mhc_maps(pre, post, res, iters: int, variant: str, recompute_sinkhorn: bool = False):
+    """`(H_pre, H_post, H_res)` of mHC from the fp32 logits (static, or static plus input-dependent): the seed's
+    `sigmoid`, `2 sigmoid`, `Sinkhorn-Knopp(exp(res))`, or DeepSeek-V4's `sigmoid + eps`, `2 sigmoid`,
+    `deepseek_comb(res)^T` (with `recompute_sinkhorn`, the normalisation rounds are recomputed in backward and only
+    the logits saved)."""
+    if variant == "deepseek_v4":
+        pre, project = torch.sigmoid(pre) + MHC_EPS, _deepseek_res
+    else:
+        pre, project = torch.sigmoid(pre), sinkhorn_knopp
+    post = 2.0 * torch.sigmoid(post)
+    if recompute_sinkhorn:
+        return pre, post, checkpoint(project, res, iters, use_reentrant=False)
+    return pre, post, project(res, iters)
 
 
 def _rms_scale(x: torch.Tensor) -> torch.Tensor:
@@ -375,18 +415,17 @@ def _compiled(fn):
 _COMPILED: dict = {}
 
 
-def _mhc_coefficients(flat, weight, pre, post, res, scale, k: int, iters: int, recompute_sinkhorn: bool = False):
+def _mhc_coefficients(
+    flat, weight, pre, post, res, scale, k: int, iters: int, recompute_sinkhorn: bool = False, variant: str = "seed"
+):
     """Input-dependent mHC coefficients from the flattened fp32 streams `[..., K*D]` and the fp32 parameters:
     `z = Linear(RMSNorm(flat))` split into the three parts, each added to its static logits with its learned scale,
-    then `sigmoid`, `2 sigmoid` and Sinkhorn-Knopp (with `recompute_sinkhorn`, its iterations are recomputed in
-    backward and only the logits saved)."""
+    then the constraints of `variant` (`_mhc_maps`)."""
     z = nn.functional.linear(flat, weight) * _rms_scale(flat)
-    pre = torch.sigmoid(pre + scale[0] * z[..., :k])
-    post = 2.0 * torch.sigmoid(post + scale[1] * z[..., k : 2 * k])
-    logits = res + scale[2] * z[..., 2 * k :].unflatten(-1, (k, k))
-    if recompute_sinkhorn:
-        return pre, post, checkpoint(sinkhorn_knopp, logits, iters, use_reentrant=False)
-    return pre, post, sinkhorn_knopp(logits, iters)
+    pre = pre + scale[0] * z[..., :k]
+    post = post + scale[1] * z[..., k : 2 * k]
+    res = res + scale[2] * z[..., 2 * k :].unflatten(-1, (k, k))
+    return _mhc_maps(pre, post, res, iters, variant, recompute_sinkhorn)
 
 
 class HyperConnection(nn.Module):
@@ -399,6 +438,7 @@ class HyperConnection(nn.Module):
         self.mode = config.hc_mode
         self.streams = k
         self.sinkhorn_iters = config.sinkhorn_iters
+        self.variant = config.mhc_variant if self.mode == "mhc" else None
         self.pre = nn.Parameter(torch.empty(k))
         self.post = nn.Parameter(torch.empty(k))
         self.res = nn.Parameter(torch.empty(k, k))
@@ -427,7 +467,11 @@ class HyperConnection(nn.Module):
             pre[self.layer_idx % k] += focus
             post, res = torch.ones(k), torch.eye(k)
             if self.mode == "mhc":
-                pre, post, res = torch.logit(pre.double()).float(), torch.zeros(k), MHC_RES_DIAGONAL * torch.eye(k)
+                # DeepSeek's read-in adds MHC_EPS after the sigmoid; the raw mixing is symmetric, so comb^T = comb
+                target = pre.double() - (MHC_EPS if self.variant == "deepseek_v4" else 0.0)
+                pre, post, res = torch.logit(target).float(), torch.zeros(k), MHC_RES_DIAGONAL * torch.eye(k)
+        elif self.variant == "deepseek_v4":  # DeepSeek-V4's init of its biases
+            pre, post, res = torch.zeros(k), torch.zeros(k), torch.zeros(k, k)
         else:
             pre, post, res = torch.full((k,), 1.0 / k), torch.ones(k), torch.eye(k)
         if config.hc_init_noise > 0:
@@ -482,10 +526,11 @@ class HyperConnection(nn.Module):
                 weight, scale = self.dynamic_proj.weight.float(), self.dynamic_scale.float()
                 recompute = torch.is_grad_enabled() and not fused
                 flat = streams.float().flatten(-2)
-                pre, post, res = fn(flat, weight, pre, post, res, scale, self.streams, self.sinkhorn_iters, recompute)
+                pre, post, res = fn(
+                    flat, weight, pre, post, res, scale, self.streams, self.sinkhorn_iters, recompute, self.variant
+                )
             elif self.mode == "mhc":
-                pre, post = torch.sigmoid(pre), 2.0 * torch.sigmoid(post)
-                res = sinkhorn_knopp(res, self.sinkhorn_iters)
+                pre, post, res = _mhc_maps(pre, post, res, self.sinkhorn_iters, self.variant)
         dtype = streams.dtype
         return pre.to(dtype), post.to(dtype), res.to(dtype)
 
@@ -588,6 +633,7 @@ class HCPreTrainedMixin(FreezeBaseMixin):
             "dynamic": "dynamic hyper-connections (HC paper" + (", tanh" if c.hc_dynamic_tanh else ", no tanh") + ")",
             "mhc": "manifold-constrained hyper-connections (mHC: sigmoid read-in, 2*sigmoid write, "
             f"Sinkhorn-Knopp mixing with {c.sinkhorn_iters} iterations"
+            + (", DeepSeek-V4's formula" if c.mhc_variant == "deepseek_v4" else "")
             + (", input-dependent" if c.mhc_dynamic else ", static")
             + ")",
         }[c.hc_mode]
@@ -768,5 +814,6 @@ __all__ = [
     "Qwen2MHCModel",
     "Qwen3MHCForCausalLM",
     "Qwen3MHCModel",
+    "deepseek_comb",
     "sinkhorn_knopp",
 ]
