@@ -30,7 +30,7 @@ from transformers.cache_utils import Cache, DynamicCache
 from transformers.generation import GenerationMixin
 from transformers.loss.loss_utils import ForSequenceClassificationLoss
 from transformers.masking_utils import create_causal_mask
-from transformers.modeling_outputs import BaseModelOutputWithPast, ModelOutput
+from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast, ModelOutput
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.bert.modeling_bert import (
     BertEmbeddings,
@@ -76,7 +76,7 @@ from .configuration_sentinel import (
     RobertaSentinelConfig,
 )
 from .decoder_common import LLAMA, QWEN2, QWEN3, CausalLMMixin, DecoderStackMixin, family_classes
-from .zoo_common import ZooModelMixin, register_for_auto_classes
+from .zoo_common import CACHE_NAME, ZooModelMixin, register_for_auto_classes, take_cache
 
 
 @dataclass(frozen=True)
@@ -259,6 +259,7 @@ class GPT2SentinelAttention(SentinelGates, GPT2Attention):
         self.split_size = self.num_heads * self.head_dim
 
     def forward(self, hidden_states, past_key_values: Cache | None = None, attention_mask=None, **kwargs):
+        past_key_values = take_cache(past_key_values, kwargs)
         batch, seq = hidden_states.shape[:2]
         if self.num_heads == 0:
             return self.resid_dropout(self.no_heads(self.c_proj, hidden_states, past_key_values)), None
@@ -297,6 +298,7 @@ class DecoderSentinelAttention(SentinelGates):
             self.o_proj = nn.Linear(q, config.hidden_size, bias=self.o_proj.bias is not None)
 
     def forward(self, hidden_states, position_embeddings=None, attention_mask=None, past_key_values=None, **kwargs):
+        past_key_values = take_cache(past_key_values, kwargs)
         if self.num_heads == 0:
             return self.no_heads(self.o_proj, hidden_states, past_key_values), None
         input_shape = hidden_states.shape[:-1]
@@ -341,6 +343,7 @@ class EncoderSentinelSelfAttention(SentinelGates):
             )
 
     def forward(self, hidden_states, attention_mask=None, past_key_values=None, **kwargs):
+        take_cache(past_key_values, kwargs)  # an encoder keeps no cache
         input_shape = hidden_states.shape[:-1]
         if self.num_heads == 0:  # the output projection (with no inputs) then adds only its bias
             return hidden_states.new_zeros(*input_shape, 0), None
@@ -479,13 +482,10 @@ class SentinelSequenceClassifierOutput(ModelOutput):
 
 
 @dataclass
-class SentinelCausalLMOutput(ModelOutput):
-    """Causal-LM output; `loss` is `lm_loss + gate_l1_loss` when labels are given."""
+class SentinelCausalLMOutput(CausalLMOutputWithPast):
+    """The stock causal-LM output (its cache field, `cache` or, before transformers 5.24, `past_key_values`, is what
+    `generate()` reads); `loss` is `lm_loss + gate_l1_loss` when labels are given."""
 
-    loss: torch.FloatTensor | None = None
-    logits: torch.FloatTensor | None = None
-    past_key_values: Cache | None = None
-    hidden_states: tuple[torch.FloatTensor, ...] | None = None
     lm_loss: torch.FloatTensor | None = None
     gate_l1_loss: torch.FloatTensor | None = None
 
@@ -658,6 +658,7 @@ class SentinelLMHeadMixin:
         **kwargs,
     ) -> SentinelCausalLMOutput:
         loss_kwargs = {k: kwargs.pop(k) for k in ("num_items_in_batch", "ignore_index", "shift_labels") if k in kwargs}
+        past_key_values = take_cache(past_key_values, kwargs)
         outputs = self.base_model(
             input_ids=input_ids,
             past_key_values=past_key_values,
@@ -685,9 +686,9 @@ class SentinelLMHeadMixin:
         return SentinelCausalLMOutput(
             loss=loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
             hidden_states=outputs.hidden_states,
             lm_loss=lm_loss,
+            **{CACHE_NAME: getattr(outputs, CACHE_NAME)},
             gate_l1_loss=l1,
         )
 
@@ -728,6 +729,7 @@ class GPT2SentinelModel(GPT2SentinelPreTrainedMixin, GPT2Model):
     ) -> BaseModelOutputWithPast:
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
+        past_key_values = take_cache(past_key_values, kwargs)
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
         if kwargs.pop("output_attentions", None):
@@ -774,8 +776,8 @@ class GPT2SentinelModel(GPT2SentinelPreTrainedMixin, GPT2Model):
             all_hidden = all_hidden[:-1] + (hidden_states,)
         return BaseModelOutputWithPast(
             last_hidden_state=hidden_states,
-            past_key_values=past_key_values if use_cache else None,
             hidden_states=all_hidden,
+            **{CACHE_NAME: past_key_values if use_cache else None},
         )
 
 
@@ -790,6 +792,11 @@ class GPT2SentinelLMHeadModel(SentinelLMHeadMixin, GPT2SentinelPreTrainedMixin, 
         self.transformer = GPT2SentinelModel(config)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.post_init()
+
+    def forward(self, input_ids=None, past_key_values=None, attention_mask=None, token_type_ids=None, **kwargs):
+        """The sentinel LM forward with stock GPT-2's `token_type_ids` (embedded by `wte` and added to the input, as
+        in stock GPT-2), in stock GPT-2's order of arguments; `generate()` accepts the inputs named here."""
+        return super().forward(input_ids, past_key_values, attention_mask, token_type_ids=token_type_ids, **kwargs)
 
 
 class DecoderSentinelPreTrainedMixin(SentinelPreTrainedMixin):
@@ -840,8 +847,8 @@ class DecoderSentinelModelMixin(DecoderSentinelPreTrainedMixin, DecoderStackMixi
                 outputs[layer.unet_source] if layer.unet_source is not None else None,
                 attention_mask=masks[layer_type],
                 position_ids=position_ids,
-                past_key_values=cache,
                 use_cache=use_cache,
+                **{CACHE_NAME: cache},
                 position_embeddings=position_embeddings[layer_type],
                 **kwargs,
             )
@@ -853,8 +860,8 @@ class DecoderSentinelModelMixin(DecoderSentinelPreTrainedMixin, DecoderStackMixi
             all_hidden = all_hidden[:-1] + (hidden_states,)
         return BaseModelOutputWithPast(
             last_hidden_state=hidden_states,
-            past_key_values=cache if use_cache else None,
             hidden_states=all_hidden,
+            **{CACHE_NAME: cache if use_cache else None},
         )
 
 

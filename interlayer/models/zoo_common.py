@@ -24,6 +24,7 @@ from huggingface_hub.errors import StrictDataclassError
 from torch import nn
 from transformers.conversion_mapping import register_checkpoint_conversion_mapping
 from transformers.core_model_loading import ConversionOps, WeightConverter
+from transformers.modeling_outputs import BaseModelOutputWithPast
 from transformers.utils import logging as hf_logging
 
 logger = hf_logging.get_logger("transformers.interlayer")
@@ -35,6 +36,24 @@ if int(transformers.__version__.split(".")[0]) < MIN_TRANSFORMERS:
         f"cache interfaces); this environment has transformers {transformers.__version__}. "
         f"Upgrade with `pip install 'transformers>={MIN_TRANSFORMERS},<6'`."
     )
+
+
+# transformers 5.24 renamed the cache keyword of forwards, of `generate()`'s model inputs and the cache field of outputs
+# from `past_key_values` to `cache` (the old name still works, with a deprecation warning); the zoo's forwards take
+# either name and write the installed version's
+CACHE_NAME = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__ else "past_key_values"
+
+
+def take_cache(cache, kwargs: dict):
+    """The cache a caller passed, as `cache` (transformers >= 5.24: `generate()`, the stock layers) or
+    `past_key_values` (earlier versions), taken out of a forward's keywords; `cache` is the forward's own argument."""
+    for name in ("cache", "past_key_values"):
+        value = kwargs.pop(name, None)
+        if value is not None:
+            if cache is not None and value is not cache:
+                raise ValueError("Pass the cache once, as `cache` or as `past_key_values`, not both.")
+            cache = value
+    return cache
 
 
 def check_choice(field: str, value: Any, allowed) -> None:
