@@ -95,6 +95,14 @@ def _example(batch: dict, i: int) -> dict:
     return {k: v[i : i + 1, :length] if v.shape == mask.shape else v[i : i + 1] for k, v in batch.items()}
 
 
+def _left_padded(batch: dict, rows: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
+    """The input ids and attention mask of the first `rows` examples of a right-padded batch, padded on the left
+    instead (as prompts are for `generate()`), with padding id 0."""
+    ids, mask = batch["input_ids"][:rows], batch["attention_mask"][:rows]
+    shifts = (mask == 0).sum(-1)
+    index = (torch.arange(ids.shape[-1]) - shifts[:, None]) % ids.shape[-1]
+    return ids.gather(-1, index).masked_fill(mask.gather(-1, index) == 0, 0), mask.gather(-1, index)
+
 class ConformanceSuite:
     """Subclass as `TestXConformance(ConformanceSuite)` and implement `make_case`."""
 
@@ -684,3 +692,42 @@ class ConformanceSuite:
                 pass
             else:
                 raise AssertionError(f"input id {stock.config.vocab_size} (vocabulary size) was accepted")
+
+    # -- generate() with every input the stock class takes (issue 20) ---------------------------------------------
+
+    def test_generate_with_each_stock_input_gives_the_stock_tokens(self, tmp_path):
+        """Greedy `generate()` at identity, on a left-padded prompt, with each input the stock class's `generate()`
+        accepts (the attention mask alone, and with token type ids, position ids or input embeddings) gives the
+        stock tokens, or raises the ValueError the mechanism documents for that input, naming it; never
+        `generate()`'s own "not used by the model" (a name missing from the zoo's forward signature)."""
+        folder, stock = self._stock(tmp_path)
+        if not stock.can_generate() or stock.config.is_encoder_decoder:
+            pytest.skip("generate() inputs of decoder-only language models")
+        model = self._zoo(folder, **self._identity_option_sets()[0])
+        ids, mask = _left_padded(self.case.make_batch())
+        positions = (mask.cumsum(-1) - 1).clamp(min=0) + 3  # shifted, so that the positions matter
+        optional = {
+            "token_type_ids": mask.flip(-1),  # not all zero, so that the token types matter
+            "position_ids": positions,
+            "inputs_embeds": stock.get_input_embeddings()(ids).detach(),
+        }
+        greedy = dict(max_new_tokens=4, do_sample=False, pad_token_id=0)
+        for name in (None, *optional):
+            inputs = {"input_ids": ids, "attention_mask": mask}
+            if name == "inputs_embeds":
+                inputs = {"inputs_embeds": optional[name], "attention_mask": mask}
+            elif name is not None:
+                inputs[name] = optional[name]
+            with torch.no_grad():
+                try:
+                    expected = stock.generate(**inputs, **greedy)
+                except ValueError as err:
+                    assert "not used by the model" in str(err), f"stock generate() with {name}: {err}"
+                    continue  # the stock class does not take this input either
+                try:
+                    got = model.generate(**inputs, **greedy)
+                except ValueError as err:
+                    assert "not used by the model" not in str(err), f"generate() refuses {name}: {err}"
+                    assert f"`{name}`" in str(err), f"a refusal of {name} names it: {err}"
+                    continue
+            torch.testing.assert_close(got, expected, rtol=0, atol=0, msg=lambda m: f"generate() with {name}: {m}")

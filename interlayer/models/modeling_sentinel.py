@@ -793,10 +793,36 @@ class GPT2SentinelLMHeadModel(SentinelLMHeadMixin, GPT2SentinelPreTrainedMixin, 
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.post_init()
 
-    def forward(self, input_ids=None, past_key_values=None, attention_mask=None, token_type_ids=None, **kwargs):
-        """The sentinel LM forward with stock GPT-2's `token_type_ids` (embedded by `wte` and added to the input, as
-        in stock GPT-2), in stock GPT-2's order of arguments; `generate()` accepts the inputs named here."""
-        return super().forward(input_ids, past_key_values, attention_mask, token_type_ids=token_type_ids, **kwargs)
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        output_hidden_states: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        **kwargs,
+    ) -> SentinelCausalLMOutput:
+        """The sentinel LM forward with stock GPT-2's inputs in stock GPT-2's order: `token_type_ids` are embedded by
+        `wte` and added to the input, as in stock GPT-2. `generate()` accepts (and prepares: position ids from the
+        attention mask, logits of the last position only) what this signature names."""
+        return super().forward(
+            input_ids=input_ids,
+            past_key_values=past_key_values,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            labels=labels,
+            use_cache=use_cache,
+            output_hidden_states=output_hidden_states,
+            logits_to_keep=logits_to_keep,
+            **kwargs,
+        )
 
 
 class DecoderSentinelPreTrainedMixin(SentinelPreTrainedMixin):
