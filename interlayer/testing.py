@@ -731,3 +731,29 @@ class ConformanceSuite:
                     assert f"`{name}`" in str(err), f"a refusal of {name} names it: {err}"
                     continue
             torch.testing.assert_close(got, expected, rtol=0, atol=0, msg=lambda m: f"generate() with {name}: {m}")
+
+    # -- construction without weight initialisation (issue 20) ---------------------------------------------------
+
+    def test_built_without_weight_init_then_loaded_equals_the_loaded_model(self, tmp_path):
+        """A model built under `transformers.initialization.no_init_weights` (as `from_pretrained` builds it under
+        DeepSpeed ZeRO-3, on a real device and with no init run) and given a saved model's state dict has that
+        model's buffers and computes its outputs: whatever the config determines is right at construction, not only
+        once `_init_weights` has run."""
+        from transformers.initialization import no_init_weights
+
+        _, model = self._trained_copy(tmp_path)
+        out_dir = str(tmp_path / "saved")
+        model.save_pretrained(out_dir)
+        loaded = self.case.model_class.from_pretrained(out_dir).eval()
+        with no_init_weights():
+            bare = self.case.model_class(self.case.model_class.config_class.from_pretrained(out_dir))
+        result = bare.load_state_dict(loaded.state_dict(), strict=False)
+        assert not result.missing_keys and not result.unexpected_keys, result
+        bare_buffers = dict(bare.named_buffers())
+        for name, buffer in loaded.named_buffers():
+            torch.testing.assert_close(bare_buffers[name], buffer, rtol=0, atol=0, msg=lambda m: f"buffer {name}: {m}")
+        batch = self.case.make_batch()
+        with torch.no_grad():
+            torch.testing.assert_close(
+                _output(bare.eval(), batch, self.case.output_name), _output(loaded, batch, self.case.output_name)
+            )

@@ -328,7 +328,7 @@ class DecoderStackMixin(FreezeBaseMixin):
         if position_ids is None:
             position_ids = self.position_ids_for(inputs_embeds, past_key_values)
         masks = self.causal_masks(
-            attention_mask, inputs_embeds=inputs_embeds, past_key_values=past_key_values, position_ids=position_ids
+            attention_mask, inputs_embeds=inputs_embeds, position_ids=position_ids, **{CACHE_NAME: past_key_values}
         )
         position_embeddings = self.position_embeddings_for(inputs_embeds, position_ids)
         names = self.family.names

@@ -151,7 +151,10 @@ class SentinelGates:
         self.sentinel_group = config.num_attention_heads // config.num_kv_heads
         self.register_buffer("head_ids", torch.tensor(heads, dtype=torch.long), persistent=False)
         self.register_buffer("kv_head_ids", torch.tensor(kv_heads, dtype=torch.long), persistent=False)
-        self.register_buffer("kv_for_head", torch.zeros(len(heads), dtype=torch.long), persistent=False)
+        # the buffers are derived from the config at construction, so that a model built without weight initialisation
+        # (`no_init_weights`, as `from_pretrained` builds one under DeepSpeed ZeRO-3) has them right; `_init_weights`
+        # fills them again for a model built on the meta device
+        self.register_buffer("kv_for_head", self.kv_positions(), persistent=False)
         self.sentinel_gate_logits = nn.Parameter(torch.empty(len(heads)))
         self.register_buffer("sentinel_head_mask", torch.ones(len(heads)))
         self.gate_scale = 1.0 / (1.0 + math.exp(-config.sentinel_gate_init)) if config.identity_init else 1.0
@@ -161,8 +164,7 @@ class SentinelGates:
         self._set_head_counts(heads, kv_heads)
 
     def _set_head_counts(self, heads: list[int], kv_heads: list[int]) -> None:
-        """Head counts and the grouping after construction or pruning; `kv_for_head` is filled by `_init_weights`
-        (construction) or `resize_heads` (pruning)."""
+        """Head counts and the grouping after construction or pruning (`kv_for_head` is set beside them)."""
         self.num_heads, self.num_kv_heads = len(heads), len(kv_heads)
         sizes = [sum(h // self.sentinel_group == kv for h in heads) for kv in kv_heads]
         self.uniform_groups = len(set(sizes)) <= 1
@@ -509,8 +511,7 @@ class SentinelPreTrainedMixin(ZooModelMixin):
             init.ones_(module.sentinel_head_mask)
             init.copy_(module.head_ids, torch.tensor(heads))
             init.copy_(module.kv_head_ids, torch.tensor(kv_heads))
-            group = module.sentinel_group
-            init.copy_(module.kv_for_head, torch.tensor([kv_heads.index(h // group) for h in heads], dtype=torch.long))
+            init.copy_(module.kv_for_head, module.kv_positions())
         elif isinstance(module, UNetSkipFusion):
             # after the generic nn.Linear init above: the fusion starts at zero, so skips leave the stock model as is
             init.zeros_(module.weight)
@@ -749,7 +750,7 @@ class GPT2SentinelModel(GPT2SentinelPreTrainedMixin, GPT2Model):
             config=self.config,
             inputs_embeds=inputs_embeds,
             attention_mask=attention_mask,
-            past_key_values=past_key_values,
+            **{CACHE_NAME: past_key_values},
             position_ids=position_ids,
         )
         if token_type_ids is not None:
