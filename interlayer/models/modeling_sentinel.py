@@ -135,6 +135,11 @@ def _replace(root: nn.Module, path: str, module: nn.Module) -> None:
     setattr(root.get_submodule(parent) if parent else root, name, module)
 
 
+def log_sigmoid(x: float) -> float:
+    """log(sigmoid(x)) without overflow or underflow for any finite x."""
+    return -math.log1p(math.exp(-x)) if x >= 0 else x - math.log1p(math.exp(x))
+
+
 class SentinelGates:
     """The gates of one attention module (mixed into a family's attention class, before the stock class).
 
@@ -157,7 +162,9 @@ class SentinelGates:
         self.register_buffer("kv_for_head", self.kv_positions(), persistent=False)
         self.sentinel_gate_logits = nn.Parameter(torch.empty(len(heads)))
         self.register_buffer("sentinel_head_mask", torch.ones(len(heads)))
-        self.gate_scale = 1.0 / (1.0 + math.exp(-config.sentinel_gate_init)) if config.identity_init else 1.0
+        # log sigmoid(sentinel_gate_init), which identity_init divides out; kept in log space, where it is finite for
+        # every init (sigmoid(-104) is 0 in float32, and a gate of 0/0 is NaN)
+        self.gate_log_scale = log_sigmoid(float(config.sentinel_gate_init)) if config.identity_init else 0.0
         self.measure_entropy = False
         self.last_entropy: torch.Tensor | None = None
         self.last_entropy_tokens: torch.Tensor | None = None
@@ -175,8 +182,11 @@ class SentinelGates:
         return torch.searchsorted(self.kv_head_ids, self.head_ids // self.sentinel_group)
 
     def learned_gates(self) -> torch.Tensor:
-        """sigmoid(logit_h) (divided by its initial value under identity_init): the gate without the head mask."""
-        return torch.sigmoid(self.sentinel_gate_logits) / self.gate_scale
+        """sigmoid(logit_h) (divided by its initial value under identity_init): the gate without the head mask.
+        Computed as exp(log sigmoid(logit_h) - log sigmoid(init)) in float32, so that a gate at its initial logit is
+        1 for any init and in any dtype of the weights (in fp16, sigmoid(-20) is already 0)."""
+        logits = self.sentinel_gate_logits
+        return torch.exp(nn.functional.logsigmoid(logits.float()) - self.gate_log_scale).to(logits.dtype)
 
     def gates(self) -> torch.Tensor:
         """g_h = the learned gate times the head mask (0 for a masked head)."""
