@@ -757,3 +757,34 @@ class ConformanceSuite:
             torch.testing.assert_close(
                 _output(bare.eval(), batch, self.case.output_name), _output(loaded, batch, self.case.output_name)
             )
+
+    # -- init-only options when a saved model is loaded (issue 20) -------------------------------------------------
+
+    def test_reload_with_a_changed_init_option_is_refused(self, tmp_path):
+        """Each init-only option of the mechanism (`init_options`: `identity_init` and the initial values), given with
+        a value other than the saved one when a saved (trained) zoo model is loaded, is refused with a `ConfigError`
+        naming the option, both values and that it only applies at conversion; given with the saved value it
+        changes neither the config nor the outputs."""
+        from .models.zoo_common import ConfigError, mechanism_field_names
+
+        _, model = self._trained_copy(tmp_path)
+        out_dir = str(tmp_path / "saved")
+        model.save_pretrained(out_dir)
+        config_class = self.case.model_class.config_class
+        names = sorted(config_class.init_options & set(mechanism_field_names(config_class)))
+        assert "identity_init" in names, names
+        batch = self.case.make_batch()
+        with torch.no_grad():
+            expected = _output(model, batch, self.case.output_name)
+        for name in names:
+            saved = getattr(model.config, name)
+            changed = (not saved) if isinstance(saved, bool) else 0.5 if saved is None else saved + 1
+            with pytest.raises(ConfigError) as refusal:
+                self.case.model_class.from_pretrained(out_dir, **{name: changed})
+            message = str(refusal.value)
+            assert f"`{name}={changed!r}` only applies when a stock checkpoint is converted" in message, message
+            assert f"saved with {name}={saved!r}" in message, message
+            same = self.case.model_class.from_pretrained(out_dir, **{name: saved}).eval()
+            assert getattr(same.config, name) == saved, name
+            with torch.no_grad():
+                torch.testing.assert_close(_output(same, batch, self.case.output_name), expected, msg=name)
