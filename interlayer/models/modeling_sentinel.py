@@ -699,8 +699,8 @@ class SentinelLMHeadMixin:
             logits=logits,
             hidden_states=outputs.hidden_states,
             lm_loss=lm_loss,
-            **{CACHE_NAME: getattr(outputs, CACHE_NAME)},
             gate_l1_loss=l1,
+            **{CACHE_NAME: getattr(outputs, CACHE_NAME)},
         )
 
 
