@@ -95,6 +95,14 @@ def _example(batch: dict, i: int) -> dict:
     return {k: v[i : i + 1, :length] if v.shape == mask.shape else v[i : i + 1] for k, v in batch.items()}
 
 
+def _left_padded(batch: dict, rows: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
+    """The input ids and attention mask of the first `rows` examples of a right-padded batch, padded on the left
+    instead (as prompts are for `generate()`), with padding id 0."""
+    ids, mask = batch["input_ids"][:rows], batch["attention_mask"][:rows]
+    shifts = (mask == 0).sum(-1)
+    index = (torch.arange(ids.shape[-1]) - shifts[:, None]) % ids.shape[-1]
+    return ids.gather(-1, index).masked_fill(mask.gather(-1, index) == 0, 0), mask.gather(-1, index)
+
 class ConformanceSuite:
     """Subclass as `TestXConformance(ConformanceSuite)` and implement `make_case`."""
 
@@ -684,3 +692,99 @@ class ConformanceSuite:
                 pass
             else:
                 raise AssertionError(f"input id {stock.config.vocab_size} (vocabulary size) was accepted")
+
+    # -- generate() with every input the stock class takes (issue 20) ---------------------------------------------
+
+    def test_generate_with_each_stock_input_gives_the_stock_tokens(self, tmp_path):
+        """Greedy `generate()` at identity, on a left-padded prompt, with each input the stock class's `generate()`
+        accepts (the attention mask alone, and with token type ids, position ids or input embeddings) gives the
+        stock tokens, or raises the ValueError the mechanism documents for that input, naming it; never
+        `generate()`'s own "not used by the model" (a name missing from the zoo's forward signature)."""
+        folder, stock = self._stock(tmp_path)
+        if not stock.can_generate() or stock.config.is_encoder_decoder:
+            pytest.skip("generate() inputs of decoder-only language models")
+        model = self._zoo(folder, **self._identity_option_sets()[0])
+        ids, mask = _left_padded(self.case.make_batch())
+        positions = (mask.cumsum(-1) - 1).clamp(min=0) + 3  # shifted, so that the positions matter
+        optional = {
+            "token_type_ids": mask.flip(-1),  # not all zero, so that the token types matter
+            "position_ids": positions,
+            "inputs_embeds": stock.get_input_embeddings()(ids).detach(),
+        }
+        greedy = dict(max_new_tokens=4, do_sample=False, pad_token_id=0)
+        for name in (None, *optional):
+            inputs = {"input_ids": ids, "attention_mask": mask}
+            if name == "inputs_embeds":
+                inputs = {"inputs_embeds": optional[name], "attention_mask": mask}
+            elif name is not None:
+                inputs[name] = optional[name]
+            with torch.no_grad():
+                try:
+                    expected = stock.generate(**inputs, **greedy)
+                except ValueError as err:
+                    assert "not used by the model" in str(err), f"stock generate() with {name}: {err}"
+                    continue  # the stock class does not take this input either
+                try:
+                    got = model.generate(**inputs, **greedy)
+                except ValueError as err:
+                    assert "not used by the model" not in str(err), f"generate() refuses {name}: {err}"
+                    assert f"`{name}`" in str(err), f"a refusal of {name} names it: {err}"
+                    continue
+            torch.testing.assert_close(got, expected, rtol=0, atol=0, msg=lambda m: f"generate() with {name}: {m}")
+
+    # -- construction without weight initialisation (issue 20) ---------------------------------------------------
+
+    def test_built_without_weight_init_then_loaded_equals_the_loaded_model(self, tmp_path):
+        """A model built under `transformers.initialization.no_init_weights` (as `from_pretrained` builds it under
+        DeepSpeed ZeRO-3, on a real device and with no init run) and given a saved model's state dict has that
+        model's buffers and computes its outputs: whatever the config determines is right at construction, not only
+        once `_init_weights` has run."""
+        from transformers.initialization import no_init_weights
+
+        _, model = self._trained_copy(tmp_path)
+        out_dir = str(tmp_path / "saved")
+        model.save_pretrained(out_dir)
+        loaded = self.case.model_class.from_pretrained(out_dir).eval()
+        with no_init_weights():
+            bare = self.case.model_class(self.case.model_class.config_class.from_pretrained(out_dir))
+        result = bare.load_state_dict(loaded.state_dict(), strict=False)
+        assert not result.missing_keys and not result.unexpected_keys, result
+        bare_buffers = dict(bare.named_buffers())
+        for name, buffer in loaded.named_buffers():
+            torch.testing.assert_close(bare_buffers[name], buffer, rtol=0, atol=0, msg=lambda m: f"buffer {name}: {m}")
+        batch = self.case.make_batch()
+        with torch.no_grad():
+            torch.testing.assert_close(
+                _output(bare.eval(), batch, self.case.output_name), _output(loaded, batch, self.case.output_name)
+            )
+
+    # -- init-only options when a saved model is loaded (issue 20) -------------------------------------------------
+
+    def test_reload_with_a_changed_init_option_is_refused(self, tmp_path):
+        """Each init-only option of the mechanism (`init_options`: `identity_init` and the initial values), given with
+        a value other than the saved one when a saved (trained) zoo model is loaded, is refused with a `ConfigError`
+        naming the option, both values and that it only applies at conversion; given with the saved value it
+        changes neither the config nor the outputs."""
+        from .models.zoo_common import ConfigError, mechanism_field_names
+
+        _, model = self._trained_copy(tmp_path)
+        out_dir = str(tmp_path / "saved")
+        model.save_pretrained(out_dir)
+        config_class = self.case.model_class.config_class
+        names = sorted(config_class.init_options & set(mechanism_field_names(config_class)))
+        assert "identity_init" in names, names
+        batch = self.case.make_batch()
+        with torch.no_grad():
+            expected = _output(model, batch, self.case.output_name)
+        for name in names:
+            saved = getattr(model.config, name)
+            changed = (not saved) if isinstance(saved, bool) else 0.5 if saved is None else saved + 1
+            with pytest.raises(ConfigError) as refusal:
+                self.case.model_class.from_pretrained(out_dir, **{name: changed})
+            message = str(refusal.value)
+            assert f"`{name}={changed!r}` only applies when a stock checkpoint is converted" in message, message
+            assert f"saved with {name}={saved!r}" in message, message
+            same = self.case.model_class.from_pretrained(out_dir, **{name: saved}).eval()
+            assert getattr(same.config, name) == saved, name
+            with torch.no_grad():
+                torch.testing.assert_close(_output(same, batch, self.case.output_name), expected, msg=name)

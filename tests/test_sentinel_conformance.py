@@ -32,6 +32,7 @@ SENTINEL_CONFIG_ERRORS = [
     (dict(pruned_heads={0: "a"}), r"`pruned_heads` maps layer indices to lists of head indices.*got \{0: 'a'\}"),
     (dict(pruned_heads={"first": [0]}), r"`pruned_heads` maps layer indices.*got \{'first': \[0\]\}"),
     (dict(identity_init="yes"), r"identity_init"),
+    (dict(sentinel_gate_init=-1e5), r"`sentinel_gate_init` must be >= -65504.0 and <= 65504.0, got -100000.0"),
 ]
 
 
@@ -55,6 +56,7 @@ ACTIVE = dict(identity_init=False, unet_skips=True)
 DECODER_CONFIG_ERRORS = [
     (dict(gate_l1=-1.0), r"gate_l1.*>= 0"),
     (dict(pruned_heads={5: [0]}), r"pruned_heads layer.*<= 2.*got 5"),
+    (dict(sentinel_gate_init=1e5), r"`sentinel_gate_init` must be >= -65504.0 and <= 65504.0, got 100000.0"),
     (dict(pruned_heads={0: [4]}), r"pruned_heads\[0\] head.*<= 3.*got 4"),
 ]
 

@@ -107,6 +107,28 @@ def test_gqa_pruning_removes_query_heads_and_emptied_kv_groups(llama_dir, tmp_pa
         torch.testing.assert_close(reloaded(**batch).logits, pruned)
 
 
+def test_pruned_gqa_checkpoint_built_without_weight_init_computes_the_same(llama_dir, tmp_path):
+    """A saved pruned grouped-query model whose groups have unequal sizes, built under `no_init_weights` (as
+    `from_pretrained` builds it under DeepSpeed ZeRO-3) and given its weights, computes the logits of the model loaded
+    normally: the query heads' key/value index (`kv_for_head`) comes from the config at construction."""
+    from transformers.initialization import no_init_weights
+
+    torch.manual_seed(0)
+    model = LlamaSentinelForCausalLM.from_pretrained(llama_dir, identity_init=False)
+    model.prune_heads(GQA_PRUNE)
+    model.save_pretrained(tmp_path / "pruned")
+    loaded = LlamaSentinelForCausalLM.from_pretrained(tmp_path / "pruned").eval()
+    assert not loaded.model.layers[0].self_attn.uniform_groups
+    with no_init_weights():
+        bare = LlamaSentinelForCausalLM(loaded.config)
+    bare.load_state_dict(loaded.state_dict())
+    for got, expected in zip(bare.gated_attentions, loaded.gated_attentions):
+        assert got.kv_for_head.tolist() == expected.kv_for_head.tolist()
+    batch = lm_batch()
+    with torch.no_grad():
+        torch.testing.assert_close(bare.eval()(**batch).logits, loaded(**batch).logits)
+
+
 @pytest.mark.parametrize("attn_implementation", ["sdpa", "eager"])
 def test_gqa_generate_with_cache_after_pruning(llama_dir, attn_implementation):
     torch.manual_seed(0)

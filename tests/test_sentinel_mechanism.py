@@ -24,6 +24,32 @@ def test_identity_gates_are_exactly_one(gpt2_dir):
     torch.testing.assert_close(seed_gates, torch.sigmoid(torch.full((4,), 3.0)))
 
 
+@pytest.mark.parametrize("gate_init", [-65504.0, -1000.0, -104.0, 65504.0])
+def test_extreme_gate_inits_give_the_stock_model_at_identity(gpt2_dir, gate_init):
+    """Down to the lowest allowed `sentinel_gate_init` (and up to the highest) every gate is exactly 1 at conversion,
+    also in fp16 weights, and the logits are the stock model's; finite gradients reach the gates (sigmoid(-104) is 0
+    in float32: a gate divided by its initial value was 0/0 there, and -1000 overflowed)."""
+    stock = GPT2LMHeadModel.from_pretrained(gpt2_dir).eval()
+    model = GPT2SentinelLMHeadModel.from_pretrained(gpt2_dir, sentinel_gate_init=gate_init).eval()
+    half = GPT2SentinelLMHeadModel.from_pretrained(gpt2_dir, sentinel_gate_init=gate_init, dtype=torch.float16)
+    for gates in model.gate_values() + half.gate_values():
+        assert torch.equal(gates, torch.ones_like(gates))
+    batch = lm_batch()
+    with torch.no_grad():
+        torch.testing.assert_close(model(**batch).logits, stock(**batch).logits)
+    model(**batch, labels=lm_labels(batch)).loss.backward()
+    assert all(torch.isfinite(attn.sentinel_gate_logits.grad).all() for attn in model.gated_attentions)
+
+
+@pytest.mark.parametrize("gate_init", [-65504.5, 65505.0, float("nan"), float("-inf")])
+def test_gate_init_beyond_the_fp16_range_is_refused(gate_init):
+    from interlayer import GPT2SentinelConfig
+    from interlayer.models.zoo_common import ConfigError
+
+    with pytest.raises(ConfigError, match=r"`sentinel_gate_init` must be (>= -65504.0 and <= 65504.0|a finite number)"):
+        GPT2SentinelConfig(**TINY_GPT2, sentinel_gate_init=gate_init)
+
+
 def test_gate_scales_each_head_before_c_proj(gpt2_dir):
     """A manual computation of layer 0's attention with per-head gates equals the module's output."""
     model = GPT2SentinelLMHeadModel.from_pretrained(gpt2_dir, attn_implementation="eager").eval()

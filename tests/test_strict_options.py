@@ -219,21 +219,14 @@ def test_reload_refuses_a_structural_option_of_every_mechanism(tmp_path):
         GatedGPT2LMHeadModel.from_pretrained(saved, unet_skips=True)
 
 
-def test_reload_warns_that_an_init_option_has_no_effect(tmp_path):
-    import logging
-
+def test_reload_refuses_a_changed_init_option(tmp_path):
     from interlayer import LlamaLatentForCausalLM
 
     saved = _saved(tmp_path, LlamaLatentForCausalLM, build_stock_llama)
-    messages = []
-    handler = logging.Handler(logging.WARNING)
-    handler.emit = lambda record: messages.append(record.getMessage())
-    logging.getLogger("transformers").addHandler(handler)
-    try:
+    refusal = r"`latent_gate_init=2.0` only applies when a stock checkpoint is converted.*saved with latent_gate_init=0.0"
+    with pytest.raises(ConfigError, match=refusal):
         LlamaLatentForCausalLM.from_pretrained(saved, latent_gate_init=2.0)
-    finally:
-        logging.getLogger("transformers").removeHandler(handler)
-    assert any("`latent_gate_init` only shapes how a conversion initialises" in m for m in messages)
+    assert LlamaLatentForCausalLM.from_pretrained(saved, latent_gate_init=0.0).config.latent_gate_init == 0.0
 
 
 def test_reload_refuses_more_bridge_targets(tmp_path):

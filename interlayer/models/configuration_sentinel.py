@@ -8,13 +8,19 @@ from transformers import BertConfig, GPT2Config, LlamaConfig, Qwen2Config, Qwen3
 from .zoo_common import ConfigError, ZooConfigFields, ZooConfigMixin, check_range, zoo_config
 
 
+# the largest gate logit the weights hold in every dtype (fp16's largest value); the gates are computed in log space,
+# so every logit up to it gives finite gates, exactly 1 at conversion under identity_init
+MAX_GATE_LOGIT = 65504.0
+
+
 @dataclasses.dataclass(kw_only=True)
 class SentinelFields(ZooConfigFields):
     r"""
     Sentinel-gate options (seed 001).
 
     Args:
-        sentinel_gate_init (`float`, defaults to 3.0): initial gate logit of every head (the seed's controller).
+        sentinel_gate_init (`float`, defaults to 3.0): initial gate logit of every head (the seed's controller),
+            between -65504 and 65504 (the largest fp16 value: the logits are stored in the weights' dtype).
         gate_l1 (`float`, defaults to 1e-4): weight of the L1 pressure `sum(gates)` added to the loss when labels
             are given (reported separately as `gate_l1_loss`).
         pruned_heads (`dict[int, list[int]]`, *optional*): heads removed structurally per layer, by their
@@ -51,6 +57,7 @@ class SentinelFields(ZooConfigFields):
                     f"`add_cross_attention` must be False, got is_decoder={self.is_decoder!r}, "
                     f"add_cross_attention={self.add_cross_attention!r}."
                 )
+        check_range("sentinel_gate_init", self.sentinel_gate_init, -MAX_GATE_LOGIT, MAX_GATE_LOGIT)
         check_range("gate_l1", self.gate_l1, 0)
         check_range("unet_skip_scale", self.unet_skip_scale, 0)
         for layer, heads in (self.pruned_heads or {}).items():

@@ -30,7 +30,7 @@ from transformers.models.phi3 import modeling_phi3 as phi3
 from transformers.models.qwen2 import modeling_qwen2 as qwen2
 from transformers.models.qwen3 import modeling_qwen3 as qwen3
 
-from .zoo_common import ZooModelMixin, register_for_auto_classes
+from .zoo_common import CACHE_NAME, ZooModelMixin, register_for_auto_classes, take_cache
 
 
 @dataclasses.dataclass(frozen=True)
@@ -314,8 +314,9 @@ class DecoderStackMixin(FreezeBaseMixin):
         position_embeddings)`; layer `i` takes `masks[t]` and `position_embeddings[t]` for its type
         `t = layer_types[i]`. `hidden_states` is what the first layer reads: the embeddings, plus the absolute
         position embeddings and the embedding dropout where the family has them. The family's `extra_inputs` are
-        taken out of `kwargs`."""
+        taken out of `kwargs`, and the cache if it came as `cache` (transformers >= 5.24)."""
         self.family.check_inputs(kwargs)
+        past_key_values = take_cache(past_key_values, kwargs)
         if (input_ids is None) ^ (inputs_embeds is not None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
         if inputs_embeds is None:
@@ -327,7 +328,7 @@ class DecoderStackMixin(FreezeBaseMixin):
         if position_ids is None:
             position_ids = self.position_ids_for(inputs_embeds, past_key_values)
         masks = self.causal_masks(
-            attention_mask, inputs_embeds=inputs_embeds, past_key_values=past_key_values, position_ids=position_ids
+            attention_mask, inputs_embeds=inputs_embeds, position_ids=position_ids, **{CACHE_NAME: past_key_values}
         )
         position_embeddings = self.position_embeddings_for(inputs_embeds, position_ids)
         names = self.family.names
@@ -388,9 +389,9 @@ class CausalLMMixin(FreezeBaseMixin):
     def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
         """As the stock method; the default dynamic cache it makes is replaced by the decoder's own `new_cache()`."""
         super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
-        cache = model_kwargs.get("past_key_values")
+        cache = model_kwargs.get(CACHE_NAME)
         if type(cache) is DynamicCache and not getattr(cache, "_is_user_defined", False):
-            model_kwargs["past_key_values"] = self.base_model.new_cache()
+            model_kwargs[CACHE_NAME] = self.base_model.new_cache()
 
 
 def family_classes(

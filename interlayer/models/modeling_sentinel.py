@@ -30,7 +30,7 @@ from transformers.cache_utils import Cache, DynamicCache
 from transformers.generation import GenerationMixin
 from transformers.loss.loss_utils import ForSequenceClassificationLoss
 from transformers.masking_utils import create_causal_mask
-from transformers.modeling_outputs import BaseModelOutputWithPast, ModelOutput
+from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast, ModelOutput
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.bert.modeling_bert import (
     BertEmbeddings,
@@ -76,7 +76,7 @@ from .configuration_sentinel import (
     RobertaSentinelConfig,
 )
 from .decoder_common import LLAMA, QWEN2, QWEN3, CausalLMMixin, DecoderStackMixin, family_classes
-from .zoo_common import ZooModelMixin, register_for_auto_classes
+from .zoo_common import CACHE_NAME, ZooModelMixin, register_for_auto_classes, take_cache
 
 
 @dataclass(frozen=True)
@@ -135,6 +135,11 @@ def _replace(root: nn.Module, path: str, module: nn.Module) -> None:
     setattr(root.get_submodule(parent) if parent else root, name, module)
 
 
+def log_sigmoid(x: float) -> float:
+    """log(sigmoid(x)) without overflow or underflow for any finite x."""
+    return -math.log1p(math.exp(-x)) if x >= 0 else x - math.log1p(math.exp(x))
+
+
 class SentinelGates:
     """The gates of one attention module (mixed into a family's attention class, before the stock class).
 
@@ -151,18 +156,22 @@ class SentinelGates:
         self.sentinel_group = config.num_attention_heads // config.num_kv_heads
         self.register_buffer("head_ids", torch.tensor(heads, dtype=torch.long), persistent=False)
         self.register_buffer("kv_head_ids", torch.tensor(kv_heads, dtype=torch.long), persistent=False)
-        self.register_buffer("kv_for_head", torch.zeros(len(heads), dtype=torch.long), persistent=False)
+        # the buffers are derived from the config at construction, so that a model built without weight initialisation
+        # (`no_init_weights`, as `from_pretrained` builds one under DeepSpeed ZeRO-3) has them right; `_init_weights`
+        # fills them again for a model built on the meta device
+        self.register_buffer("kv_for_head", self.kv_positions(), persistent=False)
         self.sentinel_gate_logits = nn.Parameter(torch.empty(len(heads)))
         self.register_buffer("sentinel_head_mask", torch.ones(len(heads)))
-        self.gate_scale = 1.0 / (1.0 + math.exp(-config.sentinel_gate_init)) if config.identity_init else 1.0
+        # log sigmoid(sentinel_gate_init), which identity_init divides out; kept in log space, where it is finite for
+        # every init (sigmoid(-104) is 0 in float32, and a gate of 0/0 is NaN)
+        self.gate_log_scale = log_sigmoid(float(config.sentinel_gate_init)) if config.identity_init else 0.0
         self.measure_entropy = False
         self.last_entropy: torch.Tensor | None = None
         self.last_entropy_tokens: torch.Tensor | None = None
         self._set_head_counts(heads, kv_heads)
 
     def _set_head_counts(self, heads: list[int], kv_heads: list[int]) -> None:
-        """Head counts and the grouping after construction or pruning; `kv_for_head` is filled by `_init_weights`
-        (construction) or `resize_heads` (pruning)."""
+        """Head counts and the grouping after construction or pruning (`kv_for_head` is set beside them)."""
         self.num_heads, self.num_kv_heads = len(heads), len(kv_heads)
         sizes = [sum(h // self.sentinel_group == kv for h in heads) for kv in kv_heads]
         self.uniform_groups = len(set(sizes)) <= 1
@@ -173,8 +182,11 @@ class SentinelGates:
         return torch.searchsorted(self.kv_head_ids, self.head_ids // self.sentinel_group)
 
     def learned_gates(self) -> torch.Tensor:
-        """sigmoid(logit_h) (divided by its initial value under identity_init): the gate without the head mask."""
-        return torch.sigmoid(self.sentinel_gate_logits) / self.gate_scale
+        """sigmoid(logit_h) (divided by its initial value under identity_init): the gate without the head mask.
+        Computed as exp(log sigmoid(logit_h) - log sigmoid(init)) in float32, so that a gate at its initial logit is
+        1 for any init and in any dtype of the weights (in fp16, sigmoid(-20) is already 0)."""
+        logits = self.sentinel_gate_logits
+        return torch.exp(nn.functional.logsigmoid(logits.float()) - self.gate_log_scale).to(logits.dtype)
 
     def gates(self) -> torch.Tensor:
         """g_h = the learned gate times the head mask (0 for a masked head)."""
@@ -259,6 +271,7 @@ class GPT2SentinelAttention(SentinelGates, GPT2Attention):
         self.split_size = self.num_heads * self.head_dim
 
     def forward(self, hidden_states, past_key_values: Cache | None = None, attention_mask=None, **kwargs):
+        past_key_values = take_cache(past_key_values, kwargs)
         batch, seq = hidden_states.shape[:2]
         if self.num_heads == 0:
             return self.resid_dropout(self.no_heads(self.c_proj, hidden_states, past_key_values)), None
@@ -297,6 +310,7 @@ class DecoderSentinelAttention(SentinelGates):
             self.o_proj = nn.Linear(q, config.hidden_size, bias=self.o_proj.bias is not None)
 
     def forward(self, hidden_states, position_embeddings=None, attention_mask=None, past_key_values=None, **kwargs):
+        past_key_values = take_cache(past_key_values, kwargs)
         if self.num_heads == 0:
             return self.no_heads(self.o_proj, hidden_states, past_key_values), None
         input_shape = hidden_states.shape[:-1]
@@ -341,6 +355,7 @@ class EncoderSentinelSelfAttention(SentinelGates):
             )
 
     def forward(self, hidden_states, attention_mask=None, past_key_values=None, **kwargs):
+        take_cache(past_key_values, kwargs)  # an encoder keeps no cache
         input_shape = hidden_states.shape[:-1]
         if self.num_heads == 0:  # the output projection (with no inputs) then adds only its bias
             return hidden_states.new_zeros(*input_shape, 0), None
@@ -479,13 +494,10 @@ class SentinelSequenceClassifierOutput(ModelOutput):
 
 
 @dataclass
-class SentinelCausalLMOutput(ModelOutput):
-    """Causal-LM output; `loss` is `lm_loss + gate_l1_loss` when labels are given."""
+class SentinelCausalLMOutput(CausalLMOutputWithPast):
+    """The stock causal-LM output (its cache field, `cache` or, before transformers 5.24, `past_key_values`, is what
+    `generate()` reads); `loss` is `lm_loss + gate_l1_loss` when labels are given."""
 
-    loss: torch.FloatTensor | None = None
-    logits: torch.FloatTensor | None = None
-    past_key_values: Cache | None = None
-    hidden_states: tuple[torch.FloatTensor, ...] | None = None
     lm_loss: torch.FloatTensor | None = None
     gate_l1_loss: torch.FloatTensor | None = None
 
@@ -509,8 +521,7 @@ class SentinelPreTrainedMixin(ZooModelMixin):
             init.ones_(module.sentinel_head_mask)
             init.copy_(module.head_ids, torch.tensor(heads))
             init.copy_(module.kv_head_ids, torch.tensor(kv_heads))
-            group = module.sentinel_group
-            init.copy_(module.kv_for_head, torch.tensor([kv_heads.index(h // group) for h in heads], dtype=torch.long))
+            init.copy_(module.kv_for_head, module.kv_positions())
         elif isinstance(module, UNetSkipFusion):
             # after the generic nn.Linear init above: the fusion starts at zero, so skips leave the stock model as is
             init.zeros_(module.weight)
@@ -658,6 +669,7 @@ class SentinelLMHeadMixin:
         **kwargs,
     ) -> SentinelCausalLMOutput:
         loss_kwargs = {k: kwargs.pop(k) for k in ("num_items_in_batch", "ignore_index", "shift_labels") if k in kwargs}
+        past_key_values = take_cache(past_key_values, kwargs)
         outputs = self.base_model(
             input_ids=input_ids,
             past_key_values=past_key_values,
@@ -685,10 +697,10 @@ class SentinelLMHeadMixin:
         return SentinelCausalLMOutput(
             loss=loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
             hidden_states=outputs.hidden_states,
             lm_loss=lm_loss,
             gate_l1_loss=l1,
+            **{CACHE_NAME: getattr(outputs, CACHE_NAME)},
         )
 
 
@@ -728,6 +740,7 @@ class GPT2SentinelModel(GPT2SentinelPreTrainedMixin, GPT2Model):
     ) -> BaseModelOutputWithPast:
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
+        past_key_values = take_cache(past_key_values, kwargs)
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
         if kwargs.pop("output_attentions", None):
@@ -747,7 +760,7 @@ class GPT2SentinelModel(GPT2SentinelPreTrainedMixin, GPT2Model):
             config=self.config,
             inputs_embeds=inputs_embeds,
             attention_mask=attention_mask,
-            past_key_values=past_key_values,
+            **{CACHE_NAME: past_key_values},
             position_ids=position_ids,
         )
         if token_type_ids is not None:
@@ -774,8 +787,8 @@ class GPT2SentinelModel(GPT2SentinelPreTrainedMixin, GPT2Model):
             all_hidden = all_hidden[:-1] + (hidden_states,)
         return BaseModelOutputWithPast(
             last_hidden_state=hidden_states,
-            past_key_values=past_key_values if use_cache else None,
             hidden_states=all_hidden,
+            **{CACHE_NAME: past_key_values if use_cache else None},
         )
 
 
@@ -790,6 +803,37 @@ class GPT2SentinelLMHeadModel(SentinelLMHeadMixin, GPT2SentinelPreTrainedMixin, 
         self.transformer = GPT2SentinelModel(config)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        output_hidden_states: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        **kwargs,
+    ) -> SentinelCausalLMOutput:
+        """The sentinel LM forward with stock GPT-2's inputs in stock GPT-2's order: `token_type_ids` are embedded by
+        `wte` and added to the input, as in stock GPT-2. `generate()` accepts (and prepares: position ids from the
+        attention mask, logits of the last position only) what this signature names."""
+        return super().forward(
+            input_ids=input_ids,
+            past_key_values=past_key_values,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            labels=labels,
+            use_cache=use_cache,
+            output_hidden_states=output_hidden_states,
+            logits_to_keep=logits_to_keep,
+            **kwargs,
+        )
 
 
 class DecoderSentinelPreTrainedMixin(SentinelPreTrainedMixin):
@@ -840,8 +884,8 @@ class DecoderSentinelModelMixin(DecoderSentinelPreTrainedMixin, DecoderStackMixi
                 outputs[layer.unet_source] if layer.unet_source is not None else None,
                 attention_mask=masks[layer_type],
                 position_ids=position_ids,
-                past_key_values=cache,
                 use_cache=use_cache,
+                **{CACHE_NAME: cache},
                 position_embeddings=position_embeddings[layer_type],
                 **kwargs,
             )
@@ -853,8 +897,8 @@ class DecoderSentinelModelMixin(DecoderSentinelPreTrainedMixin, DecoderStackMixi
             all_hidden = all_hidden[:-1] + (hidden_states,)
         return BaseModelOutputWithPast(
             last_hidden_state=hidden_states,
-            past_key_values=cache if use_cache else None,
             hidden_states=all_hidden,
+            **{CACHE_NAME: cache if use_cache else None},
         )
 
 

@@ -24,6 +24,7 @@ from huggingface_hub.errors import StrictDataclassError
 from torch import nn
 from transformers.conversion_mapping import register_checkpoint_conversion_mapping
 from transformers.core_model_loading import ConversionOps, WeightConverter
+from transformers.modeling_outputs import BaseModelOutputWithPast
 from transformers.utils import logging as hf_logging
 
 logger = hf_logging.get_logger("transformers.interlayer")
@@ -35,6 +36,24 @@ if int(transformers.__version__.split(".")[0]) < MIN_TRANSFORMERS:
         f"cache interfaces); this environment has transformers {transformers.__version__}. "
         f"Upgrade with `pip install 'transformers>={MIN_TRANSFORMERS},<6'`."
     )
+
+
+# transformers 5.24 renamed the cache keyword of forwards, of `generate()`'s model inputs and the cache field of outputs
+# from `past_key_values` to `cache` (the old name still works, with a deprecation warning); the zoo's forwards take
+# either name and write the installed version's
+CACHE_NAME = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__ else "past_key_values"
+
+
+def take_cache(cache, kwargs: dict):
+    """The cache a caller passed, as `cache` (transformers >= 5.24: `generate()`, the stock layers) or
+    `past_key_values` (earlier versions), taken out of a forward's keywords; `cache` is the forward's own argument."""
+    for name in ("cache", "past_key_values"):
+        value = kwargs.pop(name, None)
+        if value is not None:
+            if cache is not None and value is not cache:
+                raise ValueError("Pass the cache once, as `cache` or as `past_key_values`, not both.")
+            cache = value
+    return cache
 
 
 def check_choice(field: str, value: Any, allowed) -> None:
@@ -144,9 +163,9 @@ class ZooConfigFields:
     identity_init: bool = True
     base_model_name_or_path: str | None = None
 
-    # Reloading a saved model with an option: `reload_options` may change (they act at run time), `init_options` only
-    # shape a conversion's initialisation (ignored with a warning: the weights are loaded); any other mechanism option
-    # changes what the saved weights mean and is refused. A mechanism extends both sets.
+    # Reloading a saved model with an option: `reload_options` may change (they act at run time); `init_options` shape
+    # a conversion's initialisation and only apply then, and any other mechanism option changes what the saved weights
+    # mean: either is refused with a value other than the saved one. A mechanism extends both sets.
     reload_options: ClassVar[frozenset[str]] = frozenset({"base_model_name_or_path"})
     init_options: ClassVar[frozenset[str]] = frozenset({"identity_init"})
 
@@ -190,24 +209,29 @@ class ZooConfigMixin:
 
     @classmethod
     def _check_reload_options(cls, saved: dict[str, Any], options: dict[str, Any]) -> None:
-        """Refuse an option that would change what a saved model's weights mean; warn about one that only shapes
-        a conversion's initialisation."""
+        """Refuse, on a saved zoo model, an option other than a run-time one (`reload_options`) with a value other
+        than the saved one: an init option (`init_options`) only applies when a stock checkpoint is converted (some,
+        such as `identity_init`, are also part of the function the saved weights were trained in), and any other
+        would change what the saved weights mean."""
         defaults = field_defaults(cls)
         for name in mechanism_field_names(cls):
             if name not in options or name in cls.reload_options:
                 continue
             before = saved.get(name, defaults.get(name))
+            if options[name] == before:
+                continue
+            takes = sorted(set(mechanism_field_names(cls)) & cls.reload_options)
             if name in cls.init_options:
-                logger.warning(
-                    f"`{name}` only shapes how a conversion initialises the mechanism; it has no effect on a saved "
-                    f"{cls.__name__}, whose weights are loaded."
-                )
-            elif options[name] != before:
                 raise ConfigError(
-                    f"`{name}={options[name]!r}` would change what the saved weights of this {cls.__name__} mean "
-                    f"(saved with {name}={before!r}). Reload without it, or convert the stock checkpoint again with "
-                    f"it. Options a saved model takes: {sorted(set(mechanism_field_names(cls)) & cls.reload_options)}."
+                    f"`{name}={options[name]!r}` only applies when a stock checkpoint is converted (it sets how the "
+                    f"mechanism starts); this {cls.__name__} was saved with {name}={before!r}. Reload without it, or "
+                    f"convert the stock checkpoint again with it. Options a saved model takes: {takes}."
                 )
+            raise ConfigError(
+                f"`{name}={options[name]!r}` would change what the saved weights of this {cls.__name__} mean "
+                f"(saved with {name}={before!r}). Reload without it, or convert the stock checkpoint again with "
+                f"it. Options a saved model takes: {takes}."
+            )
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, **kwargs):
