@@ -61,11 +61,12 @@ class ZooEntry:
 def _registered_entries() -> tuple[ZooEntry, ...]:
     """Every model class a mechanism's modeling file registers for an Auto class, one entry per stock model type its
     config converts, sorted by mechanism, stock model type and task."""
-    entries = []
+    entries, seen = [], set()
     for mechanism, module in MECHANISM_MODULES.items():
         for value in vars(module).values():
-            if not (isinstance(value, type) and issubclass(value, PreTrainedModel)):
-                continue
+            if not (isinstance(value, type) and issubclass(value, PreTrainedModel)) or value in seen:
+                continue  # an older name kept for a class (`MarianBridgeModel`) is the same class: one entry
+            seen.add(value)
             auto_class = value.__dict__.get("_auto_class")
             if auto_class is None or value.__module__ != module.__name__:
                 continue

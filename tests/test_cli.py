@@ -98,3 +98,27 @@ def test_converted_config_records_its_stock_source(tmp_path):
     assert config.base_model_name_or_path == str(tmp_path / "stock")
     config.save_pretrained(tmp_path / "saved")
     assert RobertaBridgeConfig.from_pretrained(tmp_path / "saved").base_model_name_or_path == str(tmp_path / "stock")
+
+
+def test_list_counts_and_lists_each_class_once(capsys):
+    """A class kept under an older name as well (`MarianBridgeModel` is `MarianAttentionBridgeModel`) is one class:
+    one registry entry per stock model type, counted once and listed once."""
+    from interlayer.models.modeling_attention_bridge import MarianAttentionBridgeModel, MarianBridgeModel
+    from interlayer.zoo import ZOO
+
+    assert MarianBridgeModel is MarianAttentionBridgeModel
+    cells = [(e.model_class, e.stock_model_type) for e in ZOO]
+    assert len(cells) == len(set(cells))
+    assert main(["list"]) == 0
+    text = capsys.readouterr().out
+    assert f"{len({e.model_class for e in ZOO})} model classes" in text.splitlines()[0]
+    listed = text.split("\nclasses:\n")[1].splitlines()
+    assert len(listed) == len(set(listed)) == len(ZOO)
+
+
+def test_python_dash_m_runs_the_command():
+    result = subprocess.run(
+        [sys.executable, "-m", "interlayer", "list", "--options", "latent"], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "| `latent_dim` |" in result.stdout
