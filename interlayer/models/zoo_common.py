@@ -107,6 +107,19 @@ def check_option_names(config_class, names) -> None:
             )
 
 
+def refuse_misspelt_options(config_class, names) -> None:
+    """Refuse a name that no field of `config_class` takes and that looks like a misspelt mechanism option (a name no
+    field takes is otherwise kept by transformers as a plain attribute, or dropped by `from_pretrained`), so a typo
+    never runs with the default."""
+    fields = {f.name for f in dataclasses.fields(config_class)}
+    settings = mechanism_field_names(config_class)
+    for name in names:
+        if name in fields or name.startswith("_"):
+            continue
+        if difflib.get_close_matches(name, settings, n=1, cutoff=0.8):
+            raise ConfigError(f"{config_class.__name__} has no option `{name}`{closest_name(name, settings)}")
+
+
 def mechanism_field_names(config_class) -> list[str]:
     """The mechanism's own config fields (those declared by the zoo's `...Fields` dataclasses), in declaration order."""
     names = []
@@ -181,6 +194,7 @@ class ZooConfigMixin:
             )
         field_names = {f.name for f in dataclasses.fields(cls)}
         options = {k: kwargs.pop(k) for k in list(kwargs) if k in field_names}
+        refuse_misspelt_options(cls, kwargs)  # transformers would drop them silently
         if model_type == cls.model_type:
             cls._check_reload_options(config_dict, options)
         config_dict = {**config_dict, **options, "model_type": cls.model_type}
@@ -224,13 +238,7 @@ class ZooConfigMixin:
     def validate_option_spelling(self):
         """A keyword no field takes is kept by transformers as a plain attribute and saved into `config.json`; one
         that looks like a misspelt mechanism option is refused instead, so a typo never runs with the default."""
-        fields = {f.name for f in dataclasses.fields(self)}
-        settings = mechanism_field_names(type(self))
-        for name in vars(self):
-            if name in fields or name.startswith("_"):
-                continue
-            if difflib.get_close_matches(name, settings, n=1, cutoff=0.8):
-                raise ValueError(f"{type(self).__name__} has no option `{name}`{closest_name(name, settings)}")
+        refuse_misspelt_options(type(self), vars(self))
 
     def validate_finite_numbers(self):
         """Every numeric mechanism option is finite: NaN or an infinity would only surface as NaN outputs later."""
