@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 from bridge_fixtures import build_gpt2, build_stock_roberta, pair_batch
 from transformers import RobertaForSequenceClassification
@@ -122,3 +123,44 @@ def test_python_dash_m_runs_the_command():
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "| `latent_dim` |" in result.stdout
+
+
+def _convert_error(capsys, *args):
+    """`interlayer convert ARGS`: the exit code 2 and the one line it prints as an error (no traceback)."""
+    assert main(["convert", *args]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1 and errors[0].startswith("interlayer convert: error: "), errors
+    return errors[0]
+
+
+def test_convert_reports_config_errors_and_a_head_of_another_size_in_one_line(tmp_path, capsys):
+    from attention_bridge_fixtures import build_stock_marian
+    from gpt2_fixtures import build_stock_gpt2
+
+    build_stock_marian(str(tmp_path / "marian"))
+    languages = 'decoder_languages=["de", "to"]'
+    args = ["--mechanism", "attention-bridge", "--set", languages]
+    error = _convert_error(capsys, str(tmp_path / "marian"), str(tmp_path / "o1"), *args)
+    assert "'to' cannot name a further decoder" in error
+    build_stock_gpt2(str(tmp_path / "gpt2"))
+    args = ["--mechanism", "sentinel", "--set", 'pruned_heads={"0": [1]}']
+    error = _convert_error(capsys, str(tmp_path / "gpt2"), str(tmp_path / "o2"), *args)
+    assert "cannot be given when converting a stock checkpoint" in error
+    build_stock_roberta(str(tmp_path / "roberta"))  # a 3-label classifier
+    error = _convert_error(
+        capsys, str(tmp_path / "roberta"), str(tmp_path / "o3"), "--mechanism", "bridge", "--num-labels", "5"
+    )
+    assert "classifier.out_proj.weight (3, 32) -> (5, 32)" in error and "`num_labels=5`" in error
+    assert "checkpoint's 3-label head" in error
+    assert not any((tmp_path / o).exists() for o in ("o1", "o2", "o3"))
+
+
+def test_convert_says_no_such_folder_for_a_missing_local_path(tmp_path, capsys, monkeypatch):
+    from interlayer.zoo import convert
+
+    monkeypatch.chdir(tmp_path)
+    for source in (str(tmp_path / "absent"), "./absent", "../absent", "not a hub id"):
+        with pytest.raises(FileNotFoundError, match=f"no such folder: {source}"):
+            convert(source, "bridge")
+        error = _convert_error(capsys, source, str(tmp_path / "out"), "--mechanism", "bridge")
+        assert f"no such folder: {source}" in error
