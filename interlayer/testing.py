@@ -684,3 +684,26 @@ class ConformanceSuite:
                 pass
             else:
                 raise AssertionError(f"input id {stock.config.vocab_size} (vocabulary size) was accepted")
+
+    # -- losses: labels ignored --------------------------------------------------------------------------------------
+
+    def test_loss_with_every_label_ignored_is_the_stock_loss(self, tmp_path):
+        """The task loss (without a mechanism's own terms: `task_loss` or `lm_loss` where the output has one) of the
+        model as converted (`identity_init=True`) is the stock model's, for real labels and for a batch whose labels
+        are all ignored (-100): the same value, finite wherever the stock loss is (DeBERTa-v2's classifier gives 0.0;
+        a stock mean over no label is NaN, and so is the zoo model's)."""
+        import inspect
+
+        folder, stock = self._stock(tmp_path)
+        if "labels" not in inspect.signature(stock.forward).parameters:
+            pytest.skip(f"the stock {type(stock).__name__} has no loss")
+        model = self._zoo(folder, **self._identity_option_sets()[0])
+        batch = self.case.make_batch()
+        labels = self.case.labels(batch)
+        for name, given in (("real labels", labels), ("every label ignored", torch.full_like(labels, -100))):
+            with torch.no_grad():
+                expected = stock(**batch, labels=given.clone()).loss
+                out = model(**batch, labels=given.clone())
+            losses = (getattr(out, "task_loss", None), getattr(out, "lm_loss", None), out.loss)
+            got = next(loss for loss in losses if loss is not None)
+            torch.testing.assert_close(got.float(), expected.float(), equal_nan=True, msg=lambda m: f"{name}: {m}")

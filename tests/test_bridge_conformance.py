@@ -241,3 +241,24 @@ def test_shallow_stock_checkpoints_convert_with_the_default_targets(tmp_path, fa
     assert torch.isfinite(logits).all() and (logits - stock(**batch).logits).abs().max() > 1e-6
     with pytest.raises(ValueError, match=rf"`route_last_n` must be >= 1 and <= {layers}, got {layers + 1}"):
         interlayer.convert(folder, "bridge", route_last_n=layers + 1)
+
+
+@pytest.mark.parametrize("family,task", [cell for cell in CELLS if cell[1] != "base"])
+def test_cell_loss_is_the_stock_loss_with_every_label_ignored(tmp_path, family, task):
+    """Every classifier cell's task loss is the stock class's: for real labels, for a batch whose labels are all
+    ignored (-100: 0.0 for DeBERTa-v2's sequence classifier, which leaves negative labels out; NaN for the others,
+    a mean over no label) and, where the stock class takes them, for soft labels (DeBERTa-v2)."""
+    folder = str(tmp_path / "stock")
+    stock = stock_builder(family, task)(folder).eval()
+    model, _ = interlayer.convert(folder, "bridge")
+    batch = pair_batch(family)
+    labels = (token_labels_for if task == "token-classification" else labels_for)(batch)
+    cases = {"real labels": labels, "every label ignored": torch.full_like(labels, -100)}
+    if family == "deberta-v2" and task == "sequence-classification":
+        cases["soft labels"] = torch.rand(len(labels), TINY["num_labels"]).softmax(-1)
+    model.eval()
+    for name, given in cases.items():
+        with torch.no_grad():
+            got = model(**batch, labels=given).task_loss
+            expected = stock(**batch, labels=given).loss
+        torch.testing.assert_close(got, expected, equal_nan=True, msg=lambda m: f"{name}: {m}")
