@@ -707,3 +707,42 @@ class ConformanceSuite:
             losses = (getattr(out, "task_loss", None), getattr(out, "lm_loss", None), out.loss)
             got = next(loss for loss in losses if loss is not None)
             torch.testing.assert_close(got.float(), expected.float(), equal_nan=True, msg=lambda m: f"{name}: {m}")
+
+    # -- sharing: nothing of the saving machine in a saved folder ---------------------------------------------------
+
+    def test_saved_folder_holds_no_local_path_and_keeps_a_hub_id(self, tmp_path):
+        """A model converted from a local folder and saved holds no absolute local path in any JSON file of the folder
+        (`config.json` records no source); one converted from a stock model named by a Hub id, or from a Hub cache
+        snapshot folder, records that id."""
+        import shutil
+
+        from .zoo import ZOO, convert
+
+        entry = next(e for e in ZOO if e.model_class is self.case.model_class)
+        folder, stock = self._stock(tmp_path)
+
+        def saved_config(model, name):
+            out = tmp_path / name
+            model.save_pretrained(out)
+            return out, json.loads((out / "config.json").read_text())
+
+        def strings(value):
+            if isinstance(value, dict):
+                return [s for v in value.values() for s in strings(v)]
+            if isinstance(value, list):
+                return [s for v in value for s in strings(v)]
+            return [value] if isinstance(value, str) else []
+
+        out, config = saved_config(convert(folder, entry.mechanism, entry.task)[0], "local")
+        assert config.get("base_model_name_or_path") is None
+        for name in sorted(os.listdir(out)):
+            if name.endswith(".json"):
+                local = [s for s in strings(json.loads((out / name).read_text())) if os.path.isabs(s) or folder in s]
+                assert not local, f"{name} holds local paths: {local}"
+        stock.name_or_path = "hf-org/tiny-stock"
+        _, config = saved_config(convert(stock, entry.mechanism, entry.task)[0], "from-hub-model")
+        assert config["base_model_name_or_path"] == "hf-org/tiny-stock"
+        snapshot = tmp_path / "hub" / "models--hf-org--tiny-stock" / "snapshots" / "0123abcd"
+        shutil.copytree(folder, snapshot)
+        _, config = saved_config(convert(str(snapshot), entry.mechanism, entry.task)[0], "from-hub-cache")
+        assert config["base_model_name_or_path"] == "hf-org/tiny-stock"

@@ -92,13 +92,18 @@ def test_list_names_classes_and_presets(capsys):
 
 
 def test_converted_config_records_its_stock_source(tmp_path):
+    """In memory, the source as given; saved, only a Hub id (a local folder's path stays on the machine)."""
     from interlayer import RobertaBridgeConfig
 
     build_stock_roberta(str(tmp_path / "stock"))
     config = RobertaBridgeConfig.from_pretrained(tmp_path / "stock")
     assert config.base_model_name_or_path == str(tmp_path / "stock")
     config.save_pretrained(tmp_path / "saved")
-    assert RobertaBridgeConfig.from_pretrained(tmp_path / "saved").base_model_name_or_path == str(tmp_path / "stock")
+    assert RobertaBridgeConfig.from_pretrained(tmp_path / "saved").base_model_name_or_path is None
+    config.base_model_name_or_path = "FacebookAI/roberta-base"
+    config.save_pretrained(tmp_path / "saved")
+    saved = RobertaBridgeConfig.from_pretrained(tmp_path / "saved")
+    assert saved.base_model_name_or_path == "FacebookAI/roberta-base"
 
 
 def test_list_counts_and_lists_each_class_once(capsys):

@@ -151,7 +151,8 @@ class ZooConfigFields:
             that prevents it.
         base_model_name_or_path (`str`, *optional*):
             The stock checkpoint this model was converted from; recorded automatically by `from_pretrained`
-            on a stock checkpoint and written into the model card.
+            on a stock checkpoint and written into the model card. Saved (`config.json`) as its Hub id, and not
+            at all for a local folder: no path of the saving machine is written.
     """
 
     identity_init: bool = True
@@ -234,6 +235,14 @@ class ZooConfigMixin:
         if config.base_model_name_or_path == STOCK_SOURCE:
             config.base_model_name_or_path = str(pretrained_model_name_or_path)
         return loaded
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stock serialisation, with `base_model_name_or_path` as the source's Hub id (None for a local folder),
+        so that `config.json` and anything else written from it never carries a local path."""
+        output = super().to_dict()
+        if "base_model_name_or_path" in output:
+            output["base_model_name_or_path"] = hub_id(output["base_model_name_or_path"])
+        return output
 
     def validate_option_spelling(self):
         """A keyword no field takes is kept by transformers as a plain attribute and saved into `config.json`; one
