@@ -174,3 +174,13 @@ def test_trainer_output_folder_gives_curves_and_the_last_checkpoint(tmp_path, ca
 def test_a_folder_that_is_neither_a_model_nor_a_run_is_refused(tmp_path, capsys):
     assert main(["inspect", str(tmp_path)]) == 2
     assert "no config.json" in capsys.readouterr().err
+
+
+def test_a_default_derived_from_the_stock_config_is_not_a_changed_setting():
+    """A bridge over 3 layers gets `route_last_n=3` from the default (the seed's 4, capped): not a change; an explicit
+    value is one."""
+    from interlayer import RobertaBridgeConfig
+    from interlayer.inspect import changed_settings
+
+    assert changed_settings(RobertaBridgeConfig(num_hidden_layers=3)) == {}
+    assert changed_settings(RobertaBridgeConfig(num_hidden_layers=3, route_last_n=2)) == {"route_last_n": (2, None)}
