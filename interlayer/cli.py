@@ -94,7 +94,8 @@ def cmd_list(args) -> int:
         print(matrix_markdown(), end="")
         return 0
     cells = matrix()
-    print(f"{len(cells)} mechanism x family cells, {len(ZOO)} model classes; a task column shows the class")
+    classes = len({e.model_class for e in ZOO})
+    print(f"{len(cells)} mechanism x family cells, {classes} model classes; a task column shows the class")
     width = max(len(f) for _, f in cells) + 2
     for mechanism in MECHANISMS:
         print(f"\n{mechanism}")

@@ -91,16 +91,18 @@ def load_model(folder: str):
 
 def changed_settings(config) -> dict[str, tuple[object, object]]:
     """`{name: (value, default)}` for the mechanism settings that differ from their defaults. The default is the
-    config class's dataclass default; a value the config derives on its own (a default config of the same class has
-    it too, or None/{}/[] normalised to one another) is not a change."""
+    config class's dataclass default; a value the config derives on its own (the same stock config with the default
+    mechanism settings has it too, such as a bridge's `route_last_n` capped at the layer count, or None/{}/[]
+    normalised to one another) is not a change."""
     config_class = type(config)
     defaults = field_defaults(config_class)
+    names = mechanism_field_names(config_class)
     try:
-        reference = config_class()
+        reference = config_class.from_dict({**config.to_dict(), **{n: defaults.get(n) for n in names}})
     except (ValueError, TypeError):
         reference = None
     out = {}
-    for name in mechanism_field_names(config_class):
+    for name in names:
         if name == "base_model_name_or_path":
             continue
         default = defaults.get(name)

@@ -788,3 +788,65 @@ class ConformanceSuite:
             assert getattr(same.config, name) == saved, name
             with torch.no_grad():
                 torch.testing.assert_close(_output(same, batch, self.case.output_name), expected, msg=name)
+
+    # -- losses: labels ignored --------------------------------------------------------------------------------------
+
+    def test_loss_with_every_label_ignored_is_the_stock_loss(self, tmp_path):
+        """The task loss (without a mechanism's own terms: `task_loss` or `lm_loss` where the output has one) of the
+        model as converted (`identity_init=True`) is the stock model's, for real labels and for a batch whose labels
+        are all ignored (-100): the same value, finite wherever the stock loss is (DeBERTa-v2's classifier gives 0.0;
+        a stock mean over no label is NaN, and so is the zoo model's)."""
+        import inspect
+
+        folder, stock = self._stock(tmp_path)
+        if "labels" not in inspect.signature(stock.forward).parameters:
+            pytest.skip(f"the stock {type(stock).__name__} has no loss")
+        model = self._zoo(folder, **self._identity_option_sets()[0])
+        batch = self.case.make_batch()
+        labels = self.case.labels(batch)
+        for name, given in (("real labels", labels), ("every label ignored", torch.full_like(labels, -100))):
+            with torch.no_grad():
+                expected = stock(**batch, labels=given.clone()).loss
+                out = model(**batch, labels=given.clone())
+            losses = (getattr(out, "task_loss", None), getattr(out, "lm_loss", None), out.loss)
+            got = next(loss for loss in losses if loss is not None)
+            torch.testing.assert_close(got.float(), expected.float(), equal_nan=True, msg=lambda m: f"{name}: {m}")
+
+    # -- sharing: nothing of the saving machine in a saved folder ---------------------------------------------------
+
+    def test_saved_folder_holds_no_local_path_and_keeps_a_hub_id(self, tmp_path):
+        """A model converted from a local folder and saved holds no absolute local path in any JSON file of the folder
+        (`config.json` records no source); one converted from a stock model named by a Hub id, or from a Hub cache
+        snapshot folder, records that id."""
+        import shutil
+
+        from .zoo import ZOO, convert
+
+        entry = next(e for e in ZOO if e.model_class is self.case.model_class)
+        folder, stock = self._stock(tmp_path)
+
+        def saved_config(model, name):
+            out = tmp_path / name
+            model.save_pretrained(out)
+            return out, json.loads((out / "config.json").read_text())
+
+        def strings(value):
+            if isinstance(value, dict):
+                return [s for v in value.values() for s in strings(v)]
+            if isinstance(value, list):
+                return [s for v in value for s in strings(v)]
+            return [value] if isinstance(value, str) else []
+
+        out, config = saved_config(convert(folder, entry.mechanism, entry.task)[0], "local")
+        assert config.get("base_model_name_or_path") is None
+        for name in sorted(os.listdir(out)):
+            if name.endswith(".json"):
+                local = [s for s in strings(json.loads((out / name).read_text())) if os.path.isabs(s) or folder in s]
+                assert not local, f"{name} holds local paths: {local}"
+        stock.name_or_path = "hf-org/tiny-stock"
+        _, config = saved_config(convert(stock, entry.mechanism, entry.task)[0], "from-hub-model")
+        assert config["base_model_name_or_path"] == "hf-org/tiny-stock"
+        snapshot = tmp_path / "hub" / "models--hf-org--tiny-stock" / "snapshots" / "0123abcd"
+        shutil.copytree(folder, snapshot)
+        _, config = saved_config(convert(str(snapshot), entry.mechanism, entry.task)[0], "from-hub-cache")
+        assert config["base_model_name_or_path"] == "hf-org/tiny-stock"

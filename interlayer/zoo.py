@@ -19,7 +19,7 @@ from .models import (
     modeling_latent,
     modeling_sentinel,
 )
-from .models.zoo_common import check_choice, check_option_names, field_defaults, mechanism_field_names
+from .models.zoo_common import check_choice, check_option_names, field_defaults, hub_id, mechanism_field_names
 
 # the zoo's mechanisms and the modeling file of each; a model class joins the zoo by being registered for an Auto class
 # in its file (`register_for_auto_classes`), which is also what its saved `auto_map` says
@@ -61,11 +61,12 @@ class ZooEntry:
 def _registered_entries() -> tuple[ZooEntry, ...]:
     """Every model class a mechanism's modeling file registers for an Auto class, one entry per stock model type its
     config converts, sorted by mechanism, stock model type and task."""
-    entries = []
+    entries, seen = [], set()
     for mechanism, module in MECHANISM_MODULES.items():
         for value in vars(module).values():
-            if not (isinstance(value, type) and issubclass(value, PreTrainedModel)):
-                continue
+            if not (isinstance(value, type) and issubclass(value, PreTrainedModel)) or value in seen:
+                continue  # an older name kept for a class (`MarianBridgeModel`) is the same class: one entry
+            seen.add(value)
             auto_class = value.__dict__.get("_auto_class")
             if auto_class is None or value.__module__ != module.__name__:
                 continue
@@ -228,6 +229,7 @@ def convert(
     if isinstance(source, PreTrainedModel):
         config_dict = {**source.config.to_dict(), "architectures": [type(source).__name__]}
     else:
+        check_local_source(source)
         config_dict, _ = PretrainedConfig.get_config_dict(source)
     task = task or default_task(config_dict)
     entry = find_entry(mechanism, config_dict.get("model_type"), task)
@@ -235,13 +237,27 @@ def convert(
     if preset is not None:
         check_choice("preset", preset, entry.config_class.presets)
         options = {**entry.config_class.presets[preset], **options}
+    # a weight of another shape is reported below, naming it, rather than by transformers' RuntimeError
+    load = dict(output_loading_info=True, ignore_mismatched_sizes=True)
     if isinstance(source, PreTrainedModel):
         config = entry.config_class.from_dict(config_dict, **options)
-        model, info = entry.model_class.from_stock_model(source, config, output_loading_info=True)
+        model, info = entry.model_class.from_stock_model(source, config, **load)
         source = config.base_model_name_or_path
     else:
         config = entry.config_class.from_pretrained(source, **options)
-        model, info = entry.model_class.from_pretrained(source, config=config, output_loading_info=True)
+        model, info = entry.model_class.from_pretrained(source, config=config, **load)
+    if info.get("mismatched_keys"):
+        shapes = ", ".join(f"{k} {tuple(saved)} -> {tuple(new)}" for k, saved, new in sorted(info["mismatched_keys"]))
+        saved_labels = len(config_dict.get("id2label") or {}) or config_dict.get("num_labels")
+        hint = (
+            f" `num_labels={config.num_labels}` asks for a head of another size than the checkpoint's "
+            f"{saved_labels}-label head: leave it out to convert the trained head."
+            if "num_labels" in options and saved_labels and options["num_labels"] != saved_labels
+            else ""
+        )
+        raise ValueError(
+            f"{source} does not fit {entry.model_class.__name__}: weights of another shape: {shapes}.{hint}"
+        )
     markers = model.mechanism_param_markers
     missing = list(info["missing_keys"])
     unexpected = list(info["unexpected_keys"])
@@ -256,6 +272,19 @@ def convert(
         )
     report = ConversionReport(entry, missing, unexpected, new_mechanism, new_head, model.parameter_report())
     return model, report
+
+
+def check_local_source(source) -> None:
+    """Refuse a checkpoint that can only be a local folder (a path from the root, `.`, `..` or `~`, or a name no Hub
+    id takes) when there is none, with that error rather than the Hub's about repository ids."""
+    text = os.fspath(source)
+    if os.path.exists(text):
+        return
+    if text.startswith(("/", "./", "../", "~")) or (os.sep != "/" and os.sep in text) or hub_id(text) is None:
+        raise FileNotFoundError(
+            f"no such folder: {text} (a stock checkpoint is a local folder or a Hub id, such as "
+            "`FacebookAI/roberta-base`)"
+        )
 
 
 def staging_folders(output_dir: str) -> tuple[str, str]:

@@ -409,3 +409,18 @@ with torch.no_grad():
     assert type(reloaded) is BartAttentionBridgeModel
     with torch.no_grad():
         torch.testing.assert_close(reloaded(**batch).last_hidden_state, base(**batch).last_hidden_state)
+
+
+def test_a_language_named_like_a_module_dict_attribute_is_refused_at_config_creation(stock):
+    """`"to"` (Tongan) is also `nn.ModuleDict.to`: a further decoder cannot be registered under it, so the config
+    refuses it, naming the language and the way out; as the first language (the stock decoder) it works."""
+    from interlayer import MarianAttentionBridgeConfig
+
+    with pytest.raises(ValueError, match=r"'to' cannot name a further decoder.*nn\.ModuleDict.*'to_'"):
+        MarianAttentionBridgeConfig(decoder_languages=["de", "to"])
+    with pytest.raises(ValueError, match=r"'to' cannot name a further decoder"):
+        bridged(stock[0], decoder_languages=["de", "to"])
+    model = bridged(stock[0], decoder_languages=["to", "de"])
+    batch = source_batch()
+    with torch.no_grad():
+        torch.testing.assert_close(model(**batch, tgt_lang="to").logits, model(**batch, tgt_lang="de").logits)

@@ -24,6 +24,7 @@ from bridge_fixtures import (
     stock_builder,
     token_labels_for,
 )
+from transformers import AutoConfig, AutoModelForSequenceClassification
 
 import interlayer
 from interlayer import BertBridgeForSequenceClassification, RobertaBridgeForSequenceClassification
@@ -214,3 +215,50 @@ def test_token_classification_refuses_the_seed_head(tmp_path, family):
     stock_builder(family, "token-classification")(folder)
     with pytest.raises(ValueError, match=r"classifier_head='seed'.*ForTokenClassification takes only"):
         interlayer.convert(folder, "bridge", classifier_head="seed", identity_init=False)
+
+
+@pytest.mark.parametrize("layers", [2, 3])
+@pytest.mark.parametrize("family", sorted(FAMILY_CONFIG))
+def test_shallow_stock_checkpoints_convert_with_the_default_targets(tmp_path, family, layers):
+    """The default `route_last_n` (the seed's 4) never makes a stock checkpoint unconvertible: in a model of fewer
+    layers every layer but the first is a target (j > 0). The conversion computes the stock outputs, the bridge acts
+    when active, and an explicit `route_last_n` above the number of layers is still refused, naming it."""
+    options = dict(FAMILY_CONFIG[family])
+    config = AutoConfig.for_model(options.pop("model_type"), **{**TINY, "num_hidden_layers": layers}, **options)
+    torch.manual_seed(0)
+    stock = AutoModelForSequenceClassification.from_config(config).eval()
+    folder = str(tmp_path / "stock")
+    stock.save_pretrained(folder)
+    model, report = interlayer.convert(folder, "bridge")
+    assert model.config.bridge_target_layers == list(range(1, layers))
+    batch = pair_batch(family)
+    with torch.no_grad():
+        torch.testing.assert_close(model.eval()(**batch).logits, stock(**batch).logits)
+    torch.manual_seed(0)
+    active, _ = interlayer.convert(folder, "bridge", **FAMILY_ACTIVE[family])
+    with torch.no_grad():
+        logits = active.eval()(**batch).logits
+    assert torch.isfinite(logits).all() and (logits - stock(**batch).logits).abs().max() > 1e-6
+    with pytest.raises(ValueError, match=rf"`route_last_n` must be >= 1 and <= {layers}, got {layers + 1}"):
+        interlayer.convert(folder, "bridge", route_last_n=layers + 1)
+
+
+@pytest.mark.parametrize("family,task", [cell for cell in CELLS if cell[1] != "base"])
+def test_cell_loss_is_the_stock_loss_with_every_label_ignored(tmp_path, family, task):
+    """Every classifier cell's task loss is the stock class's: for real labels, for a batch whose labels are all
+    ignored (-100: 0.0 for DeBERTa-v2's sequence classifier, which leaves negative labels out; NaN for the others,
+    a mean over no label) and, where the stock class takes them, for soft labels (DeBERTa-v2)."""
+    folder = str(tmp_path / "stock")
+    stock = stock_builder(family, task)(folder).eval()
+    model, _ = interlayer.convert(folder, "bridge")
+    batch = pair_batch(family)
+    labels = (token_labels_for if task == "token-classification" else labels_for)(batch)
+    cases = {"real labels": labels, "every label ignored": torch.full_like(labels, -100)}
+    if family == "deberta-v2" and task == "sequence-classification":
+        cases["soft labels"] = torch.rand(len(labels), TINY["num_labels"]).softmax(-1)
+    model.eval()
+    for name, given in cases.items():
+        with torch.no_grad():
+            got = model(**batch, labels=given).task_loss
+            expected = stock(**batch, labels=given).loss
+        torch.testing.assert_close(got, expected, equal_nan=True, msg=lambda m: f"{name}: {m}")

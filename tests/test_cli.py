@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 from bridge_fixtures import build_gpt2, build_stock_roberta, pair_batch
 from transformers import RobertaForSequenceClassification
@@ -91,10 +92,80 @@ def test_list_names_classes_and_presets(capsys):
 
 
 def test_converted_config_records_its_stock_source(tmp_path):
+    """In memory, the source as given; saved, only a Hub id (a local folder's path stays on the machine)."""
     from interlayer import RobertaBridgeConfig
 
     build_stock_roberta(str(tmp_path / "stock"))
     config = RobertaBridgeConfig.from_pretrained(tmp_path / "stock")
     assert config.base_model_name_or_path == str(tmp_path / "stock")
     config.save_pretrained(tmp_path / "saved")
-    assert RobertaBridgeConfig.from_pretrained(tmp_path / "saved").base_model_name_or_path == str(tmp_path / "stock")
+    assert RobertaBridgeConfig.from_pretrained(tmp_path / "saved").base_model_name_or_path is None
+    config.base_model_name_or_path = "FacebookAI/roberta-base"
+    config.save_pretrained(tmp_path / "saved")
+    saved = RobertaBridgeConfig.from_pretrained(tmp_path / "saved")
+    assert saved.base_model_name_or_path == "FacebookAI/roberta-base"
+
+
+def test_list_counts_and_lists_each_class_once(capsys):
+    """A class kept under an older name as well (`MarianBridgeModel` is `MarianAttentionBridgeModel`) is one class:
+    one registry entry per stock model type, counted once and listed once."""
+    from interlayer.models.modeling_attention_bridge import MarianAttentionBridgeModel, MarianBridgeModel
+    from interlayer.zoo import ZOO
+
+    assert MarianBridgeModel is MarianAttentionBridgeModel
+    cells = [(e.model_class, e.stock_model_type) for e in ZOO]
+    assert len(cells) == len(set(cells))
+    assert main(["list"]) == 0
+    text = capsys.readouterr().out
+    assert f"{len({e.model_class for e in ZOO})} model classes" in text.splitlines()[0]
+    listed = text.split("\nclasses:\n")[1].splitlines()
+    assert len(listed) == len(set(listed)) == len(ZOO)
+
+
+def test_python_dash_m_runs_the_command():
+    result = subprocess.run(
+        [sys.executable, "-m", "interlayer", "list", "--options", "latent"], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "| `latent_dim` |" in result.stdout
+
+
+def _convert_error(capsys, *args):
+    """`interlayer convert ARGS`: the exit code 2 and the one line it prints as an error (no traceback)."""
+    assert main(["convert", *args]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1 and errors[0].startswith("interlayer convert: error: "), errors
+    return errors[0]
+
+
+def test_convert_reports_config_errors_and_a_head_of_another_size_in_one_line(tmp_path, capsys):
+    from attention_bridge_fixtures import build_stock_marian
+    from gpt2_fixtures import build_stock_gpt2
+
+    build_stock_marian(str(tmp_path / "marian"))
+    languages = 'decoder_languages=["de", "to"]'
+    args = ["--mechanism", "attention-bridge", "--set", languages]
+    error = _convert_error(capsys, str(tmp_path / "marian"), str(tmp_path / "o1"), *args)
+    assert "'to' cannot name a further decoder" in error
+    build_stock_gpt2(str(tmp_path / "gpt2"))
+    args = ["--mechanism", "sentinel", "--set", 'pruned_heads={"0": [1]}']
+    error = _convert_error(capsys, str(tmp_path / "gpt2"), str(tmp_path / "o2"), *args)
+    assert "cannot be given when converting a stock checkpoint" in error
+    build_stock_roberta(str(tmp_path / "roberta"))  # a 3-label classifier
+    error = _convert_error(
+        capsys, str(tmp_path / "roberta"), str(tmp_path / "o3"), "--mechanism", "bridge", "--num-labels", "5"
+    )
+    assert "classifier.out_proj.weight (3, 32) -> (5, 32)" in error and "`num_labels=5`" in error
+    assert "checkpoint's 3-label head" in error
+    assert not any((tmp_path / o).exists() for o in ("o1", "o2", "o3"))
+
+
+def test_convert_says_no_such_folder_for_a_missing_local_path(tmp_path, capsys, monkeypatch):
+    from interlayer.zoo import convert
+
+    monkeypatch.chdir(tmp_path)
+    for source in (str(tmp_path / "absent"), "./absent", "../absent", "not a hub id"):
+        with pytest.raises(FileNotFoundError, match=f"no such folder: {source}"):
+            convert(source, "bridge")
+        error = _convert_error(capsys, source, str(tmp_path / "out"), "--mechanism", "bridge")
+        assert f"no such folder: {source}" in error

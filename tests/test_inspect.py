@@ -55,7 +55,7 @@ def test_bridge_routing_and_gates(tmp_path, capsys):
     folder = converted(tmp_path, build_stock_roberta, "bridge", route_topk=2)
     text = inspect(folder, tmp_path / "pictures", capsys)
     assert "RobertaBridgeForSequenceClassification" in text and "mechanism `bridge`" in text
-    assert "family: roberta" in text and f"base checkpoint: {tmp_path / 'model-stock'}" in text
+    assert "family: roberta" in text and "base checkpoint: not recorded" in text  # a local folder's path is not saved
     assert "route_topk = 2 (default 1)" in text
     assert "bridge_mode" not in text and "sep_token_id" not in text  # defaults, and values the config derives
     assert "computes the stock function: yes" in text and "random token ids" in text
@@ -174,3 +174,13 @@ def test_trainer_output_folder_gives_curves_and_the_last_checkpoint(tmp_path, ca
 def test_a_folder_that_is_neither_a_model_nor_a_run_is_refused(tmp_path, capsys):
     assert main(["inspect", str(tmp_path)]) == 2
     assert "no config.json" in capsys.readouterr().err
+
+
+def test_a_default_derived_from_the_stock_config_is_not_a_changed_setting():
+    """A bridge over 3 layers gets `route_last_n=3` from the default (the seed's 4, capped): not a change; an explicit
+    value is one."""
+    from interlayer import RobertaBridgeConfig
+    from interlayer.inspect import changed_settings
+
+    assert changed_settings(RobertaBridgeConfig(num_hidden_layers=3)) == {}
+    assert changed_settings(RobertaBridgeConfig(num_hidden_layers=3, route_last_n=2)) == {"route_last_n": (2, None)}

@@ -307,3 +307,20 @@ def test_model_saved_before_the_rename_loads_in_process(gpt2_dir, tmp_path):
         )
     loaded.save_pretrained(tmp_path / "again")
     assert json.loads((tmp_path / "again" / "config.json").read_text())["model_type"] == "gpt2_sentinel"
+
+
+def test_pruned_heads_at_conversion_is_refused_naming_it(tmp_path):
+    """A stock checkpoint has every head: `pruned_heads` given to a conversion is refused with a config error that
+    says how to prune, instead of transformers' shape-mismatch error; a pruned model still reloads its heads."""
+    from interlayer.models.zoo_common import ConfigError
+    from interlayer.zoo import convert
+
+    build_stock_gpt2(str(tmp_path / "stock"))
+    with pytest.raises(ConfigError, match=r"`pruned_heads=\{0: \[1\]\}` cannot be given when converting.*prune_heads"):
+        convert(str(tmp_path / "stock"), "sentinel", pruned_heads={0: [1]})
+    with pytest.raises(ConfigError, match=r"pruned_heads.*cannot be given when converting"):
+        GPT2SentinelLMHeadModel.from_pretrained(tmp_path / "stock", pruned_heads={"0": [1]})
+    model = GPT2SentinelLMHeadModel.from_pretrained(tmp_path / "stock", pruned_heads={})
+    model.prune_heads({0: [1]})
+    model.save_pretrained(tmp_path / "pruned")
+    assert GPT2SentinelLMHeadModel.from_pretrained(tmp_path / "pruned").config.pruned_heads == {0: [1]}

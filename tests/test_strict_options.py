@@ -32,6 +32,20 @@ def test_misspelt_mechanism_option_is_refused_at_config_creation(config_class):
 
 
 @pytest.mark.parametrize("config_class", CONFIG_CLASSES, ids=lambda c: c.__name__)
+def test_misspelt_mechanism_option_is_refused_by_from_pretrained(config_class, tmp_path):
+    """`Config.from_pretrained(folder, typo=...)` refuses a misspelt option with the error of config creation
+    (transformers drops a keyword no field takes)."""
+    config_class().save_pretrained(tmp_path)
+    for name in mechanism_field_names(config_class):
+        typo = name[:-1]
+        with pytest.raises(ValueError) as created:
+            config_class(**{typo: 1})
+        with pytest.raises(ValueError) as loaded:
+            config_class.from_pretrained(tmp_path, **{typo: 1})
+        assert str(loaded.value) == str(created.value)
+
+
+@pytest.mark.parametrize("config_class", CONFIG_CLASSES, ids=lambda c: c.__name__)
 def test_non_finite_float_options_are_refused(config_class):
     names = _float_fields(config_class)
     assert names, "every mechanism has float options"

@@ -4,6 +4,7 @@ mBART, M2M100 (NLLB's architecture) and T5."""
 import dataclasses
 from typing import ClassVar, Literal
 
+from torch import nn
 from transformers import BartConfig, M2M100Config, MarianConfig, MBartConfig, T5Config
 
 from .zoo_common import ZooConfigFields, ZooConfigMixin, check_choice, check_range, zoo_config
@@ -39,6 +40,7 @@ class AttentionBridgeFields(ZooConfigFields):
             the embeddings and the output layer. The first language's decoder is the stock `model.decoder`; the others
             (`model.language_decoders.<lang>`) start as copies of the stock decoder when converting a stock
             checkpoint. The language is chosen per batch: `forward(..., tgt_lang="de")`, `generate(..., tgt_lang="de")`.
+            A name is a module name: no `.`, and none of the others may be an attribute of `nn.ModuleDict` (`"to"`).
         identity_init (`bool`, defaults to `False`): start the bridge as the identity, so the converted model computes
             the stock function. Only a bridge made of `"transformer"` layers can (their residual branches start at
             zero); any other layer type raises.
@@ -80,6 +82,16 @@ class AttentionBridgeFields(ZooConfigFields):
                 raise ValueError(
                     f"`decoder_languages` names become module names, which cannot contain '.': got {dotted[0]!r} "
                     f"(use {dotted[0].replace('.', '_')!r})."
+                )
+            # the further languages' decoders are `language_decoders.<lang>` (the saved weights' names); torch cannot
+            # register a module under a name its `nn.ModuleDict` already has as an attribute
+            taken = [x for x in languages[1:] if hasattr(nn.ModuleDict(), x)]
+            if taken:
+                raise ValueError(
+                    f"`decoder_languages`: {taken[0]!r} cannot name a further decoder "
+                    f"(`language_decoders.{taken[0]}`): it is an attribute of torch's nn.ModuleDict. Name that "
+                    f"language otherwise (such as {taken[0] + '_'!r}), or make it the first language, whose decoder "
+                    f"is the stock `decoder`; got {languages!r}."
                 )
         if self.identity_init:
             other = [t for t in self.bridge_layers if t != "transformer"]

@@ -15,13 +15,18 @@ from transformers import (
 from .zoo_common import ZooConfigFields, ZooConfigMixin, check_choice, check_range, zoo_config
 
 
+SEED_ROUTE_LAST_N = 4  # the seed's target layers: the last 4
+
+
 @dataclasses.dataclass(kw_only=True)
 class BridgeFields(ZooConfigFields):
     r"""
     The cross-layer bridge options, shared by every encoder family. Defaults are the seed's.
 
     Routing (seed section 1):
-        route_last_n (`int`, defaults to 4): the last N layers are targets (`j >= L - N` and `j > 0`).
+        route_last_n (`int`, *optional*): the last N layers are targets (`j >= L - N` and `j > 0`); at most
+            `num_hidden_layers`. Defaults to the seed's 4, or to `num_hidden_layers` in a shallower model (every
+            layer but the first is then a target), so that every stock checkpoint converts with the default.
         route_topk (`int`, defaults to 1): source layers kept per target and example (capped at the number of
             earlier layers).
         route_dim (`int`, defaults to 128): router projection size d_r.
@@ -103,7 +108,7 @@ class BridgeFields(ZooConfigFields):
     init_options: ClassVar[frozenset[str]] = ZooConfigFields.init_options | {"gate_init_attn", "gate_init_hdim"}
 
     bridge_mode: Literal["hybrid", "qkv", "hdim"] = "hybrid"
-    route_last_n: int = 4
+    route_last_n: int | None = None
     route_topk: int = 1
     route_dim: int = 128
     route_pool: Literal["mean", "cls"] = "mean"
@@ -214,7 +219,8 @@ BRIDGE_PRESETS: dict[str, dict] = {
 
 class BridgeConfigMixin(ZooConfigMixin):
     """What a family declares besides its stock config: the field names of its norm epsilon and attention dropout,
-    and its tokenizer's separator and first-token ids."""
+    and its tokenizer's separator and first-token ids. Fills in the defaults that depend on the stock config
+    (`route_last_n`, the token ids)."""
 
     presets = BRIDGE_PRESETS
     norm_eps_field: ClassVar[str] = "layer_norm_eps"
@@ -222,6 +228,8 @@ class BridgeConfigMixin(ZooConfigMixin):
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
+        if self.route_last_n is None:
+            self.route_last_n = min(SEED_ROUTE_LAST_N, self.num_hidden_layers)
         if self.sep_token_id is None:
             self.sep_token_id = self.default_sep_token_id
         if self.cls_token_id is None:

@@ -25,7 +25,7 @@ class SentinelFields(ZooConfigFields):
             are given (reported separately as `gate_l1_loss`).
         pruned_heads (`dict[int, list[int]]`, *optional*): heads removed structurally per layer, by their
             original index (none when not given); written by `prune_heads` and rebuilt with the smaller shapes on
-            load.
+            load. Converting a stock checkpoint refuses it (its weights have every head): prune after converting.
         unet_skips (`bool`, defaults to `False`): U-Net skips (seed section 2.2): the output h of every decoder
             layer i >= L - floor(L/2) becomes `h + s_i * Linear([h; h_enc])`, h_enc the output of encoder layer
             L-1-i; the fusion starts at zero. With odd L the middle layer has no skip.
@@ -92,6 +92,17 @@ class SentinelConfigMixin:
     sentinel_family: ClassVar[str] = ""
     # an encoder family: no U-Net skips (they join a decoder's halves) and no decoder use
     sentinel_is_encoder: ClassVar[bool] = False
+
+    @classmethod
+    def from_dict(cls, config_dict, **kwargs):
+        """A conversion (a stock checkpoint's config) refuses `pruned_heads`: the stock weights have every head."""
+        if config_dict.get("model_type") in cls.stock_model_types and kwargs.get("pruned_heads"):
+            raise ConfigError(
+                f"`pruned_heads={kwargs['pruned_heads']!r}` cannot be given when converting a stock checkpoint: its "
+                "weights have every head. Convert it, then remove heads with `model.prune_heads(...)` (or "
+                "`interlayer prune`); `pruned_heads` is what a pruned model records for reloading."
+            )
+        return super().from_dict(config_dict, **kwargs)
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)

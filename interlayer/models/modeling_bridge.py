@@ -811,13 +811,8 @@ class BridgeModelMixin(BridgePreTrainedMixin):
 
     def encode(self, embedding_output, attention_mask, position_ids, token_mask, allowed_pairs, output_hidden_states):
         """The layer stack; returns the last hidden state, the hidden states (or None) and the auxiliary loss."""
-        extended_mask, _ = self._create_attention_masks(
-            attention_mask=attention_mask,
-            encoder_attention_mask=None,
-            embedding_output=embedding_output,
-            encoder_hidden_states=None,
-            past_key_values=None,
-        )
+        # positional: the last argument (no cache) is `past_key_values` up to transformers 5.23, `cache` from 5.24
+        extended_mask, _ = self._create_attention_masks(attention_mask, None, embedding_output, None, None)
         return self.encoder(
             embedding_output, extended_mask, token_mask, allowed_pairs, output_hidden_states=output_hidden_states
         )
@@ -1191,6 +1186,24 @@ class DebertaV2BridgeForSequenceClassification(BridgeForSequenceClassificationMi
 
     def stock_logits(self, outputs, attention_mask):
         return self.classifier(self.dropout(self.pooler(outputs.last_hidden_state)))
+
+    def task_loss(self, labels, logits):
+        """DeBERTa-v2's own loss while `problem_type` is unset: examples with a negative label are left out of the
+        cross-entropy (a batch without a labelled one gives 0) and soft labels (one column per class) take the
+        soft-target cross-entropy; with `problem_type` set, or one label (regression), the shared loss."""
+        if self.config.problem_type is not None or self.num_labels == 1:
+            return classification_loss(labels, logits, self.config, self.label_smoothing)
+        if labels.dim() == 1 or labels.size(-1) == 1:
+            labels = labels.view(-1).long()
+            labelled = labels >= 0
+            losses = F.cross_entropy(
+                logits.view(-1, self.num_labels).float(),
+                labels.clamp(min=0),
+                reduction="none",
+                label_smoothing=self.label_smoothing,
+            )
+            return (losses * labelled).sum() / labelled.sum().clamp(min=1)
+        return -(F.log_softmax(logits, -1) * labels).sum(-1).mean()
 
 
 class ModernBertStockHead:

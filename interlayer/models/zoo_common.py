@@ -126,6 +126,19 @@ def check_option_names(config_class, names) -> None:
             )
 
 
+def refuse_misspelt_options(config_class, names) -> None:
+    """Refuse a name that no field of `config_class` takes and that looks like a misspelt mechanism option (a name no
+    field takes is otherwise kept by transformers as a plain attribute, or dropped by `from_pretrained`), so a typo
+    never runs with the default."""
+    fields = {f.name for f in dataclasses.fields(config_class)}
+    settings = mechanism_field_names(config_class)
+    for name in names:
+        if name in fields or name.startswith("_"):
+            continue
+        if difflib.get_close_matches(name, settings, n=1, cutoff=0.8):
+            raise ConfigError(f"{config_class.__name__} has no option `{name}`{closest_name(name, settings)}")
+
+
 def mechanism_field_names(config_class) -> list[str]:
     """The mechanism's own config fields (those declared by the zoo's `...Fields` dataclasses), in declaration order."""
     names = []
@@ -157,7 +170,8 @@ class ZooConfigFields:
             that prevents it.
         base_model_name_or_path (`str`, *optional*):
             The stock checkpoint this model was converted from; recorded automatically by `from_pretrained`
-            on a stock checkpoint and written into the model card.
+            on a stock checkpoint and written into the model card. Saved (`config.json`) as its Hub id, and not
+            at all for a local folder: no path of the saving machine is written.
     """
 
     identity_init: bool = True
@@ -200,6 +214,7 @@ class ZooConfigMixin:
             )
         field_names = {f.name for f in dataclasses.fields(cls)}
         options = {k: kwargs.pop(k) for k in list(kwargs) if k in field_names}
+        refuse_misspelt_options(cls, kwargs)  # transformers would drop them silently
         if model_type == cls.model_type:
             cls._check_reload_options(config_dict, options)
         config_dict = {**config_dict, **options, "model_type": cls.model_type}
@@ -245,16 +260,18 @@ class ZooConfigMixin:
             config.base_model_name_or_path = str(pretrained_model_name_or_path)
         return loaded
 
+    def to_dict(self) -> dict[str, Any]:
+        """The stock serialisation, with `base_model_name_or_path` as the source's Hub id (None for a local folder),
+        so that `config.json` and anything else written from it never carries a local path."""
+        output = super().to_dict()
+        if "base_model_name_or_path" in output:
+            output["base_model_name_or_path"] = hub_id(output["base_model_name_or_path"])
+        return output
+
     def validate_option_spelling(self):
         """A keyword no field takes is kept by transformers as a plain attribute and saved into `config.json`; one
         that looks like a misspelt mechanism option is refused instead, so a typo never runs with the default."""
-        fields = {f.name for f in dataclasses.fields(self)}
-        settings = mechanism_field_names(type(self))
-        for name in vars(self):
-            if name in fields or name.startswith("_"):
-                continue
-            if difflib.get_close_matches(name, settings, n=1, cutoff=0.8):
-                raise ValueError(f"{type(self).__name__} has no option `{name}`{closest_name(name, settings)}")
+        refuse_misspelt_options(type(self), vars(self))
 
     def validate_finite_numbers(self):
         """Every numeric mechanism option is finite: NaN or an infinity would only surface as NaN outputs later."""

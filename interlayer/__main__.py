@@ -1,0 +1,7 @@
+"""`python -m interlayer`: the `interlayer` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())
