@@ -664,8 +664,8 @@ def inspect_folder(
         f"({p['mechanism_percent']:.2f}%)"
     )
     if languages != [None]:
-        every = set(languages) == set(config.decoder_languages)
-        how = "each inspected; --tgt-lang LANG for one" if every else "inspected: " + ", ".join(languages)
+        several = len(languages) > 1
+        how = "each inspected; --tgt-lang LANG for one" if several else "inspected: " + ", ".join(languages)
         echo(f"  target languages: {', '.join(config.decoder_languages)} ({how})")
     if list(checks) == [None]:
         echo(f"  computes the stock function: {check.detail}")

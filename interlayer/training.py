@@ -252,7 +252,9 @@ def target_language_trainer(model, args, train, evaluation: dict, tokenizer, com
     class TargetLanguageSeq2SeqTrainer(Seq2SeqTrainer):
         def _get_train_sampler(self, train_dataset=None):
             dataset = train_dataset if train_dataset is not None else self.train_dataset
-            return TargetLanguageSampler(dataset["tgt_lang"], self.args.per_device_train_batch_size, self.args.seed)
+            columnar = hasattr(dataset, "column_names")  # a `datasets.Dataset`; otherwise a sequence of dicts
+            languages = dataset["tgt_lang"] if columnar else [int(row["tgt_lang"]) for row in dataset]
+            return TargetLanguageSampler(languages, self.args.per_device_train_batch_size, self.args.seed)
 
     trainer = TargetLanguageSeq2SeqTrainer(
         model=model,

@@ -339,6 +339,8 @@ def test_language_decoders_of_each_family_generate_with_the_cached_bridge(family
     kwargs = dict(max_new_tokens=8, do_sample=False, tgt_lang="fr", num_beams=2)
     assert torch.equal(model.generate(**inputs, **kwargs), model.generate(**inputs, **kwargs, use_cache=False))
     assert not torch.equal(model.generate(**inputs, **kwargs), model.generate(**inputs, **dict(kwargs, tgt_lang="de")))
+    with pytest.raises(ValueError, match=r"one decoder per target language, \['de', 'fr'\]: pass `tgt_lang=`"):
+        model.generate(**inputs, max_new_tokens=2)  # no default language, in every family
 
 
 OLD_AUTO_MAP = {  # what `save_pretrained` wrote before the attention bridges were renamed

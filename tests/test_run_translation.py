@@ -48,6 +48,12 @@ def test_the_sampler_gives_batches_of_one_language_covering_every_example():
     sampler.set_epoch(1)
     assert list(sampler) != order and sorted(set(sampler)) == sorted(set(order))
     assert list(TargetLanguageSampler(["a", "b", "a"], 2, shuffle=False)) == [0, 2, 1, 1]
+    from accelerate import Accelerator
+    from torch.utils.data import DataLoader
+
+    loader = Accelerator(cpu=True).prepare(DataLoader(range(50), batch_size=4, sampler=sampler))
+    loader.set_epoch(2)  # what the Trainer calls at each epoch, through accelerate's loader
+    assert sampler.epoch == 2 and [x for batch in loader for x in batch.tolist()] == list(sampler)
     with pytest.raises(ValueError, match="`batch_size` must be >= 1, got 0"):
         TargetLanguageSampler(languages, 0)
 
