@@ -14,8 +14,8 @@ exact match per target language.
         --dataset_config_name de-en --source_lang en --target_langs de --output_dir out/wmt-bridge
 
 `--model_name_or_path` is a stock seq2seq checkpoint, converted with `--set key=value` bridge options (JSON
-values) and `decoder_languages` = the target languages (`--target_langs`, default those of the training data,
-sorted; the first gets the stock decoder, the others start as copies of it), or an attention-bridge folder saved
+values) and `decoder_languages` = the target languages (`--target_langs`, default those of the data, sorted;
+the first gets the stock decoder, the others start as copies of it), or an attention-bridge folder saved
 before, trained further (its `decoder_languages` must cover the data's). The model runs one decoder per batch, so
 the training batches are grouped by target language (`interlayer.training.TargetLanguageSampler`: shuffled within
 and across languages, each batch one language) and each language is evaluated on its own (`eval_<lang>_loss`,
@@ -69,7 +69,7 @@ class DataArguments:
     source_lang: str | None = field(default=None, metadata={"help": "the source language of `translation` rows"})
     target_langs: list[str] = field(
         default_factory=list,
-        metadata={"help": "target languages, in the order of the decoders (default: the training data's, sorted)"},
+        metadata={"help": "target languages, in the order of the decoders (default: the data's, sorted)"},
     )
     max_source_length: int = 128
     max_target_length: int = 128
@@ -175,10 +175,10 @@ def main():
         train = train.select(range(min(data_args.max_train_samples, len(train))))
     if data_args.max_eval_samples:
         evaluation = evaluation.select(range(min(data_args.max_eval_samples, len(evaluation))))
-    languages = list(data_args.target_langs) or sorted(set(train["tgt_lang"]))
+    languages = list(data_args.target_langs) or sorted(set(train["tgt_lang"]) | set(evaluation["tgt_lang"]))
     unseen = sorted(set(evaluation["tgt_lang"]) - set(train["tgt_lang"]))
     if unseen:
-        logger.warning("target languages %s are evaluated but never trained", unseen)
+        logger.warning("target languages %s are evaluated but never trained (their decoders stay as built)", unseen)
     model = load_model(model_args, languages)
     decoders = list(model.config.decoder_languages)
     if training_args.generation_max_length is None:  # no longer than the decoder has positions for

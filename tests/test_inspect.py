@@ -49,7 +49,7 @@ def test_help_documents_every_mechanism_picture(capsys):
     text = capsys.readouterr().out
     for word in ("bridge_routing.png", "sentinel_gates.png", "hc_res.png", "latent.png", "slot_attention.png"):
         assert word in text
-    assert "trainer_state.json" in text and "--text" in text and "--no-stock-check" in text
+    assert "trainer_state.json" in text and "--text" in text and "--no-stock-check" in text and "--tgt-lang" in text
 
 
 def test_bridge_routing_and_gates(tmp_path, capsys):
