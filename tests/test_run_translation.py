@@ -158,3 +158,21 @@ def test_run_translation_reads_translation_rows_and_refuses_bad_data_early(tmp_p
     model.save_pretrained(tmp_path / "bridged")
     with pytest.raises(ValueError, match=r"target languages \['es'\] have no decoder.*\['de', 'fr'\]"):
         run.load_model(run.ModelArguments(model_name_or_path=str(tmp_path / "bridged")), ["de", "es"])
+
+
+def test_translation_metrics_decode_padding_and_score_whole_strings():
+    import numpy as np
+
+    from interlayer.number_words import CharVocabulary
+    from interlayer.training import translation_metrics
+
+    tokenizer = CharVocabulary().tokenizer()
+    references = ["trois cent soixante et onze", "vingt et un"]
+    labels = tokenizer(text_target=references, padding=True)["input_ids"]
+    labels = np.where(np.array(labels) == tokenizer.pad_token_id, -100, labels)  # the collator's label padding
+    predictions = np.array(tokenizer(["trois cent soixante et onze", "vingt et deux"], padding=True)["input_ids"])
+    metrics = translation_metrics(tokenizer)((predictions, labels))
+    assert metrics["exact_match"] == 0.5
+    assert 0 < metrics["bleu"] < 100 and 0 < metrics["chrf"] < 100
+    perfect = translation_metrics(tokenizer)((np.where(labels == -100, tokenizer.pad_token_id, labels), labels))
+    assert perfect == pytest.approx({"exact_match": 1.0, "bleu": 100.0, "chrf": 100.0})
