@@ -644,9 +644,7 @@ def inspect_folder(
         bar.update()
     report["pictures"] += pictures
     changed = changed_settings(config)
-    report.update(
-        mechanism=entry.mechanism, changed=changed, stock_check=check, stock_checks=checks, statistics=stats
-    )
+    report.update(mechanism=entry.mechanism, changed=changed, stock_check=check, stock_checks=checks, statistics=stats)
 
     echo(f"{model_folder}")
     echo(f"  model: {type(model).__name__} ({model.mechanism_name}; interlayer mechanism `{entry.mechanism}`)")
