@@ -80,7 +80,14 @@ def cmd_prune(args) -> int:
 def cmd_inspect(args) -> int:
     from .inspect import inspect_folder
 
-    inspect_folder(args.folder, out=args.out, text=args.text, stock_check=not args.no_stock_check, seed=args.seed)
+    inspect_folder(
+        args.folder,
+        out=args.out,
+        text=args.text,
+        stock_check=not args.no_stock_check,
+        seed=args.seed,
+        tgt_lang=args.tgt_lang,
+    )
     return 0
 
 
@@ -159,6 +166,9 @@ inputs (the folder's tokenizer, else random token ids) and draws the mechanism a
   latent             latent.png (gate and adjustment ratio per source -> target layer)
   attention-bridge   slot_attention.png (the slots' attention over --text)
 
+A model with one decoder per target language (decoder_languages) is run and checked for every language, or for
+--tgt-lang alone.
+
 With a Trainer output folder (trainer_state.json, or checkpoint-N folders), also draws every logged mechanism
 statistic over training steps (curves_*.png, logged by interlayer.callbacks.MechanismStatsCallback) and the
 pictures of the folder's model, or of the last checkpoint when the folder holds none.
@@ -224,6 +234,11 @@ def build_parser() -> argparse.ArgumentParser:
         "1e9 parameters)",
     )
     inspect.add_argument("--seed", type=int, default=0, help="seed of the random token ids (no tokenizer)")
+    inspect.add_argument(
+        "--tgt-lang",
+        help="an attention-bridge model with one decoder per target language (decoder_languages): run and check the "
+        "decoder of this language (default: every language)",
+    )
     inspect.set_defaults(func=cmd_inspect)
 
     lister = sub.add_parser("list", help="what the zoo converts: the mechanism x family matrix and its classes")

@@ -246,6 +246,21 @@ def read_statistics(model, inputs: dict, outputs_holder: list | None = None) -> 
     return {**model.mechanism_state(), **model.mechanism_stats(reset=True, split="eval")}
 
 
+def target_languages(model, entry, tgt_lang: str | None = None) -> list[str | None]:
+    """The target languages inspect runs the model for: `[tgt_lang]` when given (checked against the model's
+    `decoder_languages`), otherwise every language of a model with one decoder per language, and `[None]` for a
+    model with one decoder."""
+    languages = list(getattr(model.config, "decoder_languages", None) or [])
+    if tgt_lang is not None:
+        if entry.mechanism != "attention-bridge":
+            raise ValueError(
+                f"--tgt-lang chooses a decoder of an attention-bridge model; this is a `{entry.mechanism}` model"
+            )
+        model.decoder_for(tgt_lang)  # raises naming the languages, or that the model has one decoder
+        return [tgt_lang]
+    return languages or [None]
+
+
 # --- pictures of a model --------------------------------------------------------------------------------------
 
 
@@ -564,10 +579,12 @@ def inspect_folder(
     text: str | None = None,
     stock_check: bool = True,
     seed: int = 0,
+    tgt_lang: str | None = None,
     echo=print,
 ) -> dict:
     """What `interlayer inspect` does: print the summary with `echo`, write the pictures; returns the facts
-    (`mechanism`, `changed`, `stock_check`, `pictures`, ...)."""
+    (`mechanism`, `changed`, `stock_check`, `pictures`, ...). A model with one decoder per target language runs
+    and is checked for `tgt_lang`, or for every language when it is None (`stock_checks`: the check of each)."""
     from tqdm.auto import tqdm
 
     folder = os.path.abspath(folder)
@@ -598,21 +615,29 @@ def inspect_folder(
     with tqdm(total=len(steps), desc="inspect", disable=None) as bar:
         bar.set_postfix_str(steps[0])
         model, entry = load_model(model_folder)
+        languages = target_languages(model, entry, tgt_lang)
         bar.update()
         config = model.config
         bar.set_postfix_str(steps[1])
         inputs, tokens, what = model_inputs(model, model_folder, [text or DEFAULT_TEXT] if text else None, seed)
         outputs: list = []
-        stats = read_statistics(model, inputs, outputs)
+        for language in languages:  # the bridge's statistics are the encoder's: the same for every language
+            chosen = {"tgt_lang": language} if language is not None else {}
+            stats = read_statistics(model, {**inputs, **chosen}, outputs)
         bar.update()
         bar.set_postfix_str(steps[2])
         parameters = model.parameter_report()
         if not stock_check:
-            check = StockCheck(None, "not checked (--no-stock-check)")
+            checks = {None: StockCheck(None, "not checked (--no-stock-check)")}
         elif parameters["total"] > STOCK_CHECK_MAX_PARAMETERS:
-            check = StockCheck(None, f"not checked: {parameters['total']:,} parameters (a second, stock copy is built)")
+            reason = f"not checked: {parameters['total']:,} parameters (a second, stock copy is built)"
+            checks = {None: StockCheck(None, reason)}
         else:
-            check = check_stock_function(model, entry, inputs, outputs[0])
+            checks = {
+                language: check_stock_function(model, entry, inputs, output)
+                for language, output in zip(languages, outputs)
+            }
+        check = next(iter(checks.values()))
         bar.update()
         bar.set_postfix_str(steps[3])
         if entry.mechanism == "attention-bridge" and text is None:
@@ -621,7 +646,7 @@ def inspect_folder(
         bar.update()
     report["pictures"] += pictures
     changed = changed_settings(config)
-    report.update(mechanism=entry.mechanism, changed=changed, stock_check=check, statistics=stats)
+    report.update(mechanism=entry.mechanism, changed=changed, stock_check=check, stock_checks=checks, statistics=stats)
 
     echo(f"{model_folder}")
     echo(f"  model: {type(model).__name__} ({model.mechanism_name}; interlayer mechanism `{entry.mechanism}`)")
@@ -638,7 +663,16 @@ def inspect_folder(
         f"  parameters: total {p['total']:,}; trainable {p['trainable']:,}; added by the mechanism {p['mechanism']:,} "
         f"({p['mechanism_percent']:.2f}%)"
     )
-    echo(f"  computes the stock function: {check.detail}")
+    if languages != [None]:
+        several = len(languages) > 1
+        how = "each inspected; --tgt-lang LANG for one" if several else "inspected: " + ", ".join(languages)
+        echo(f"  target languages: {', '.join(config.decoder_languages)} ({how})")
+    if list(checks) == [None]:
+        echo(f"  computes the stock function: {check.detail}")
+    else:
+        echo("  computes the stock function (the stock model has the first language's decoder):")
+        for language, language_check in checks.items():
+            echo(f"    tgt_lang={language!r}: {language_check.detail}")
     echo(f"  inputs: {what}")
     if entry.mechanism == "attention-bridge" and "slot_attention.png" not in " ".join(pictures):
         echo(f"  no slot attention: the bridge {config.bridge_layers} has no fixed-length layer")

@@ -2,7 +2,9 @@
 in English, German, French and Spanish, to be translated from one language into another.
 
 Each language's spelling rules are written out (German `einundzwanzig`, French `soixante et onze` and
-`quatre-vingts`, Spanish `veintiuno` and `ciento`), and a character-level vocabulary covers all four.
+`quatre-vingts`, Spanish `veintiuno` and `ciento`), and a character-level vocabulary covers all four (also as a
+transformers tokenizer, `CharVocabulary().tokenizer()`). `translation_rows` gives the pairs as the rows
+`examples/run_translation.py` reads (`source`, `target`, `tgt_lang`).
 """
 
 LANGUAGES = ("en", "de", "fr", "es")
@@ -107,3 +109,30 @@ class CharVocabulary:
 
     def decode(self, ids) -> str:
         return "".join(self.chars[i - 2] for i in ids if i >= 2)
+
+    def tokenizer(self):
+        """The same vocabulary as a transformers tokenizer (`PreTrainedTokenizerFast`, saved and reloaded with
+        `AutoTokenizer`): one token per character, `</s>` appended as Marian's tokenizer does, `<pad>` 0, `</s>` 1,
+        and `<unk>` (the last id, `len(self)`) for a character of no number; `decode` joins the characters back."""
+        from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+        from transformers import PreTrainedTokenizerFast
+
+        vocab = {"<pad>": self.PAD, "</s>": self.EOS, **self.index, "<unk>": len(self)}
+        tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+        tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex("."), "isolated")
+        tokenizer.decoder = decoders.Fuse()
+        tokenizer.post_processor = processors.TemplateProcessing(
+            single="$A </s>", pair="$A $B </s>", special_tokens=[("</s>", self.EOS)]
+        )
+        special = dict(pad_token="<pad>", eos_token="</s>", unk_token="<unk>")
+        return PreTrainedTokenizerFast(tokenizer_object=tokenizer, **special)
+
+
+def translation_rows(numbers, source: str, targets) -> list[dict]:
+    """The translation pairs of `numbers` from `source` into each of `targets`, as rows `{"source", "target",
+    "tgt_lang"}` (every number into the first target language, then into the next...)."""
+    return [
+        {"source": number_words(n, source), "target": number_words(n, target), "tgt_lang": target}
+        for target in targets
+        for n in numbers
+    ]

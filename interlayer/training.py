@@ -3,6 +3,7 @@ scripts, and offline data sets."""
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -180,3 +181,115 @@ def train_byte_bpe(text: str, vocab_size: int):
     return PreTrainedTokenizerFast(
         tokenizer_object=tokenizer, bos_token="<|endoftext|>", eos_token="<|endoftext|>", pad_token="<|endoftext|>"
     )
+
+
+# ---- translation with one decoder per target language ------------------------------------------------------------
+
+
+class TargetLanguageSampler(torch.utils.data.Sampler):
+    """Dataset indices in runs of `batch_size` examples of one target language, for a model that runs one decoder
+    per batch (an attention bridge with `decoder_languages`): each language's examples are shuffled and cut into
+    batches, a language's last, short batch is completed with its own first examples, and the batches of every
+    language are shuffled together, anew each epoch (`set_epoch`; `shuffle=False` keeps the dataset order). With the
+    data loader's batch size equal to `batch_size` (the per-device one) every batch holds one language, however
+    mixed the dataset is; distributed training hands whole batches to each process."""
+
+    def __init__(self, languages, batch_size: int, seed: int = 0, shuffle: bool = True):
+        if batch_size < 1:
+            raise ValueError(f"`batch_size` must be >= 1, got {batch_size}")
+        groups: dict = {}
+        for index, language in enumerate(languages):
+            groups.setdefault(language, []).append(index)
+        self.groups = [torch.tensor(indices) for indices in groups.values()]
+        self.batch_size, self.seed, self.shuffle, self.epoch = batch_size, seed, shuffle, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def batches(self) -> list[torch.Tensor]:
+        """This epoch's batches of indices, in order."""
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        batches = []
+        for indices in self.groups:
+            if self.shuffle:
+                indices = indices[torch.randperm(len(indices), generator=generator)]
+            short = -len(indices) % self.batch_size
+            indices = torch.cat([indices, indices.repeat(math.ceil(short / len(indices)))[:short]])
+            batches += list(indices.view(-1, self.batch_size))
+        if self.shuffle:
+            batches = [batches[i] for i in torch.randperm(len(batches), generator=generator)]
+        return batches
+
+    def __iter__(self):
+        for batch in self.batches():
+            yield from batch.tolist()
+
+    def __len__(self) -> int:
+        return sum(math.ceil(len(indices) / self.batch_size) * self.batch_size for indices in self.groups)
+
+
+def split_by_language(dataset, column: str = "tgt_lang", names=None) -> dict:
+    """`{language: the examples of that language}` of a `datasets.Dataset` (the order kept), to evaluate each
+    language on its own (the `Trainer` takes a dict of evaluation sets and prefixes each one's metrics with its
+    name). `names` maps the column's values (language indices) to the keys."""
+    values = dataset[column]
+    out = {}
+    for value in dict.fromkeys(values):
+        key = names[value] if names is not None else value
+        out[key] = dataset.select([i for i, v in enumerate(values) if v == value])
+    return out
+
+
+def target_language_trainer(model, args, train, evaluation: dict, tokenizer, compute_metrics=None, callbacks=()):
+    """The stock `Seq2SeqTrainer` for a model with one decoder per target language: training batches come from a
+    `TargetLanguageSampler` over the `tgt_lang` column (language indices), so each holds one language; `evaluation`
+    is one set per language (`split_by_language`); dynamic padding by `DataCollatorForSeq2Seq`; the mechanism's
+    statistics in every log."""
+    from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainer
+
+    from .callbacks import MechanismStatsCallback
+
+    class TargetLanguageSeq2SeqTrainer(Seq2SeqTrainer):
+        def _get_train_sampler(self, train_dataset=None):
+            dataset = train_dataset if train_dataset is not None else self.train_dataset
+            columnar = hasattr(dataset, "column_names")  # a `datasets.Dataset`; otherwise a sequence of dicts
+            languages = dataset["tgt_lang"] if columnar else [int(row["tgt_lang"]) for row in dataset]
+            return TargetLanguageSampler(languages, self.args.per_device_train_batch_size, self.args.seed)
+
+    trainer = TargetLanguageSeq2SeqTrainer(
+        model=model,
+        args=args,
+        train_dataset=train,
+        eval_dataset=evaluation,
+        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
+        processing_class=tokenizer,
+        compute_metrics=compute_metrics,
+        callbacks=list(callbacks),
+    )
+    MechanismStatsCallback.attach(trainer)
+    return trainer
+
+
+def translation_metrics(tokenizer):
+    """`compute_metrics` for a `Seq2SeqTrainer` with `predict_with_generate`: the generated and the reference token
+    ids decoded (-100 read as padding), then `exact_match` (the share of whole strings equal) and, when `sacrebleu`
+    is installed (lm-eval brings it), sacreBLEU's corpus `bleu` and `chrf` (0-100)."""
+
+    def compute(eval_pred) -> dict[str, float]:
+        predictions, labels = eval_pred
+        predictions = predictions[0] if isinstance(predictions, tuple) else predictions
+        pad = tokenizer.pad_token_id
+        predictions = np.where(predictions != -100, predictions, pad)
+        labels = np.where(labels != -100, labels, pad)
+        hypotheses = [t.strip() for t in tokenizer.batch_decode(predictions, skip_special_tokens=True)]
+        references = [t.strip() for t in tokenizer.batch_decode(labels, skip_special_tokens=True)]
+        metrics = {"exact_match": float(np.mean([h == r for h, r in zip(hypotheses, references)]))}
+        try:
+            import sacrebleu
+        except ImportError:
+            return metrics
+        metrics["bleu"] = sacrebleu.corpus_bleu(hypotheses, [references]).score
+        metrics["chrf"] = sacrebleu.corpus_chrf(hypotheses, [references]).score
+        return metrics
+
+    return compute

@@ -100,3 +100,17 @@ def build_stock_t5(folder):
     from transformers import T5Config, T5ForConditionalGeneration
 
     return _build(folder, T5ForConditionalGeneration, T5Config(**TINY_T5))
+
+
+def build_number_words_marian(folder):
+    """A tiny stock Marian whose vocabulary is the number words' characters, with that tokenizer, in `folder`."""
+    from interlayer.number_words import CharVocabulary
+
+    vocab = CharVocabulary()
+    tokenizer = vocab.tokenizer()
+    shape = dict(vocab_size=len(tokenizer), decoder_vocab_size=len(tokenizer), pad_token_id=vocab.PAD)
+    config = MarianConfig(**{**TINY_MARIAN, **shape, "decoder_start_token_id": vocab.PAD, "eos_token_id": vocab.EOS})
+    torch.manual_seed(0)
+    MarianMTModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return tokenizer

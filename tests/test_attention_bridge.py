@@ -148,6 +148,29 @@ def test_language_decoders_start_as_the_stock_decoder_and_are_chosen_per_batch(s
         single(**batch, tgt_lang="de")
 
 
+def test_without_tgt_lang_several_decoders_raise_naming_the_languages_before_encoding(stock):
+    """No silent default language: `generate()` and `forward()` without `tgt_lang` on a model with several decoders
+    raise, naming the languages and the argument (`generate` before the encoder runs); a model with one decoder
+    (one language or none) needs no `tgt_lang`."""
+    model = bridged(stock[0], bridge_layers=["lin"], decoder_languages=["de", "fr"])
+    batch = source_batch()
+    inputs = {k: batch[k] for k in ("input_ids", "attention_mask")}
+    encoded = []
+    model.model.encoder.register_forward_hook(lambda *args: encoded.append(True))
+    message = r"one decoder per target language, \['de', 'fr'\]: pass `tgt_lang=`.*tgt_lang='de'"
+    with pytest.raises(ValueError, match=message):
+        model.generate(**inputs, max_new_tokens=3)
+    assert encoded == []
+    with pytest.raises(ValueError, match=message):
+        model(**batch)
+    assert model.generate(**inputs, max_new_tokens=3, tgt_lang="fr").shape[0] == 3
+    for languages in (["de"], None):
+        single = bridged(stock[0], bridge_layers=["lin"], decoder_languages=languages)
+        kwargs = dict(max_new_tokens=4, do_sample=False)
+        expected = single.generate(**inputs, **kwargs, **({"tgt_lang": "de"} if languages else {}))
+        assert torch.equal(single.generate(**inputs, **kwargs), expected)
+
+
 @pytest.mark.parametrize("layers", [["lin"], ["transformer"], ["perceiver", "feedforward"]], ids=str)
 def test_generation_with_the_cached_bridge_memory_matches_recomputation(stock, layers):
     model = bridged(stock[0], bridge_layers=layers, decoder_languages=["de", "fr"])
@@ -316,6 +339,8 @@ def test_language_decoders_of_each_family_generate_with_the_cached_bridge(family
     kwargs = dict(max_new_tokens=8, do_sample=False, tgt_lang="fr", num_beams=2)
     assert torch.equal(model.generate(**inputs, **kwargs), model.generate(**inputs, **kwargs, use_cache=False))
     assert not torch.equal(model.generate(**inputs, **kwargs), model.generate(**inputs, **dict(kwargs, tgt_lang="de")))
+    with pytest.raises(ValueError, match=r"one decoder per target language, \['de', 'fr'\]: pass `tgt_lang=`"):
+        model.generate(**inputs, max_new_tokens=2)  # no default language, in every family
 
 
 OLD_AUTO_MAP = {  # what `save_pretrained` wrote before the attention bridges were renamed

@@ -12,6 +12,7 @@ from hc_fixtures import build_stock_qwen3, save_tiny_llama_with_tokenizer
 from matplotlib.image import imread
 
 from interlayer.cli import main
+from interlayer.inspect import inspect_folder
 from interlayer.zoo import convert, save_atomically
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -48,7 +49,7 @@ def test_help_documents_every_mechanism_picture(capsys):
     text = capsys.readouterr().out
     for word in ("bridge_routing.png", "sentinel_gates.png", "hc_res.png", "latent.png", "slot_attention.png"):
         assert word in text
-    assert "trainer_state.json" in text and "--text" in text and "--no-stock-check" in text
+    assert "trainer_state.json" in text and "--text" in text and "--no-stock-check" in text and "--tgt-lang" in text
 
 
 def test_bridge_routing_and_gates(tmp_path, capsys):
@@ -133,6 +134,47 @@ def test_attention_bridge_slot_attention(tmp_path, capsys):
     code = {path.name: path.read_text() for path in (tmp_path / "model").glob("*.py")}
     assert "modeling_attention_bridge.py" in code
     assert not any("zlib" in text or "PNG" in text for text in code.values())  # the saved model has no image encoder
+
+
+def test_attention_bridge_with_two_target_languages_checks_each_or_the_one_asked_for(tmp_path, capsys):
+    def train_french(model):
+        with torch.no_grad():
+            model.model.language_decoders["fr"].layers[0].fc2.weight.mul_(3.0)
+
+    options = dict(bridge_layers=["transformer", "lin"], identity_init=False, decoder_languages=["de", "fr"])
+    folder = converted(tmp_path, build_stock_marian, "attention-bridge", edit=train_french, **options, **TINY_BRIDGE)
+    text = inspect(folder, tmp_path / "every", capsys)
+    assert "target languages: de, fr (each inspected; --tgt-lang LANG for one)" in text
+    assert "tgt_lang='de': no: its outputs differ" in text and "tgt_lang='fr': no: its outputs differ" in text
+    assert_pictures(tmp_path / "every", ["slot_attention.png"])
+
+    text = inspect(folder, tmp_path / "french", capsys, "--tgt-lang", "fr", "--no-stock-check")
+    assert "target languages: de, fr (inspected: fr)" in text and "tgt_lang='de'" not in text
+    assert_pictures(tmp_path / "french", ["slot_attention.png"])
+
+    assert main(["inspect", str(folder), "--out", str(tmp_path / "x"), "--tgt-lang", "it"]) == 2
+    assert "`tgt_lang` must be one of ['de', 'fr'], got 'it'" in capsys.readouterr().err
+    one = converted(tmp_path, build_stock_marian, "attention-bridge", name="one", bridge_layers=["lin"], **TINY_BRIDGE)
+    assert main(["inspect", str(one), "--out", str(tmp_path / "y"), "--tgt-lang", "de"]) == 2
+    assert "one decoder" in capsys.readouterr().err
+
+
+def test_an_identity_bridge_with_two_languages_computes_the_stock_function_for_each(tmp_path, capsys):
+    """A converted, untrained identity bridge: every language's decoder starts as the stock decoder, so each
+    language computes the stock function until one is trained."""
+
+    def train_french(model):
+        with torch.no_grad():
+            model.model.language_decoders["fr"].layers[0].fc2.weight.mul_(3.0)
+
+    options = dict(bridge_layers=["transformer"], identity_init=True, decoder_languages=["de", "fr"], **TINY_BRIDGE)
+    folder = converted(tmp_path, build_stock_marian, "attention-bridge", **options)
+    text = inspect(folder, tmp_path / "untrained", capsys)
+    assert "tgt_lang='de': yes" in text and "tgt_lang='fr': yes" in text
+    assert "no slot attention" in text
+    folder = converted(tmp_path, build_stock_marian, "attention-bridge", name="trained", edit=train_french, **options)
+    report = inspect_folder(str(folder), out=str(tmp_path / "trained-pictures"), echo=lambda line: None)
+    assert report["stock_checks"]["de"].same is True and report["stock_checks"]["fr"].same is False
 
 
 def test_trainer_output_folder_gives_curves_and_the_last_checkpoint(tmp_path, capsys):

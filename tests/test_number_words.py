@@ -38,3 +38,22 @@ def test_vocabulary_round_trip_and_errors():
         number_words(3, "it")
     with pytest.raises(ValueError, match=r"`n` must be in \[0, 999\], got 1000"):
         number_words(1000, "en")
+
+
+def test_the_tokenizer_has_the_vocabulary_ids_and_reloads(tmp_path):
+    from transformers import AutoTokenizer
+
+    from interlayer.number_words import translation_rows
+
+    vocab = CharVocabulary()
+    vocab.tokenizer().save_pretrained(tmp_path)
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path)
+    texts = [number_words(n, language) for language in LANGUAGES for n in range(1000)]
+    encoded = tokenizer(texts)["input_ids"]
+    assert encoded == [vocab.encode(text) for text in texts]
+    assert tokenizer.batch_decode(encoded, skip_special_tokens=True) == texts
+    assert tokenizer("un ?")["input_ids"][-2:] == [len(vocab), vocab.EOS]  # <unk>, then </s>
+    assert (tokenizer.pad_token_id, tokenizer.eos_token_id, len(tokenizer)) == (vocab.PAD, vocab.EOS, len(vocab) + 1)
+    rows = translation_rows([7, 21], "en", ["de", "fr"])
+    assert rows[1] == {"source": "twenty-one", "target": "einundzwanzig", "tgt_lang": "de"}
+    assert [row["tgt_lang"] for row in rows] == ["de", "de", "fr", "fr"] and rows[3]["target"] == "vingt et un"

@@ -4,8 +4,8 @@ temporary working folder laid out like a clone (`examples/` linked in, the proje
 
 What the test changes, and nothing else:
 - bash blocks: `.venv/bin/` becomes the bin folder of the running interpreter's venv; step caps are APPENDED to the
-  training commands (later argparse flags override earlier ones): `examples/run_classification.py` and
-  `examples/run_clm.py` get `CAPS[script]`, `lm_eval` gets `LM_EVAL_CAPS`.
+  training commands (later argparse flags override earlier ones): `examples/run_classification.py`,
+  `examples/run_clm.py` and `examples/run_translation.py` get `CAPS[script]`, `lm_eval` gets `LM_EVAL_CAPS`.
 - skipped, with the reason: the set-up block (`make demo`, `make test`: what CI itself runs; recognised only if
   every command of the block is one of those two), blocks that read `../shared/data` when that folder is absent,
   the lm-eval block when lm-eval is not installed; the whole module when the real MiniLM or SmolLM2 weights are not
@@ -34,6 +34,7 @@ SHARED_DATA = Path(os.environ.get("INTERLAYER_SHARED_DATA", ROOT.parent / "share
 CAPS = {
     "examples/run_classification.py": "--max_steps 2 --max_train_samples 16 --max_eval_samples 8",
     "examples/run_clm.py": "--max_steps 1 --max_train_samples 16 --max_eval_samples 4 --block_size 128",
+    "examples/run_translation.py": "--max_steps 2 --max_train_samples 32 --max_eval_samples 8",
 }
 LM_EVAL_CAPS = "--limit 1 --gen_kwargs max_gen_toks=8"
 

@@ -353,7 +353,8 @@ class AttentionBridgeDecoderMixin:
         object.__setattr__(self, "_language_decoders", decoders)
 
     def decoder_for(self, tgt_lang) -> nn.Module:
-        """The decoder of `tgt_lang` (a language name, or a tensor of language indices all equal)."""
+        """The decoder of `tgt_lang` (a language name, or a tensor of language indices all equal). None is the only
+        decoder of a model with one; with several it raises, naming the languages (there is no default language)."""
         languages = list(self.config.decoder_languages or [])
         if isinstance(tgt_lang, torch.Tensor):
             values = tgt_lang.unique().tolist()
@@ -369,6 +370,12 @@ class AttentionBridgeDecoderMixin:
             return self
         if tgt_lang is None and len(languages) == 1:
             tgt_lang = languages[0]
+        if tgt_lang is None:
+            # no silent default: a batch run by the wrong language's decoder would look like a poor translation
+            raise ValueError(
+                f"this model has one decoder per target language, {languages}: pass `tgt_lang=` (one of them) to "
+                f"forward() or generate(), e.g. `model.generate(**inputs, tgt_lang={languages[0]!r})`."
+            )
         if tgt_lang not in languages:
             raise ValueError(f"`tgt_lang` must be one of {languages}, got {tgt_lang!r}.")
         return self if tgt_lang == languages[0] else self.__dict__["_language_decoders"][tgt_lang]
@@ -521,7 +528,8 @@ class AttentionBridgeLMMixin(AttentionBridgePreTrainedMixin):
         **kwargs,
     ):
         """As the stock model; `tgt_lang` (a language of `decoder_languages`, or a tensor of language indices, equal
-        across the batch) chooses the decoder. (Named here so that the Trainer keeps a `tgt_lang` dataset column.)"""
+        across the batch) chooses the decoder. A model with several decoders has no default language: without
+        `tgt_lang` it raises, naming them. (Named here so that the Trainer keeps a `tgt_lang` dataset column.)"""
         return super().forward(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -536,6 +544,14 @@ class AttentionBridgeLMMixin(AttentionBridgePreTrainedMixin):
             tgt_lang=tgt_lang,
             **kwargs,
         )
+
+    def generate(self, *args, tgt_lang=None, **kwargs):
+        """As the stock `generate()`; `tgt_lang` chooses the decoder as in `forward`, and is required when the model
+        has several (checked before the encoder runs)."""
+        self.decoder_for(tgt_lang)
+        if tgt_lang is not None:
+            kwargs["tgt_lang"] = tgt_lang
+        return super().generate(*args, **kwargs)
 
 
 # ---- the families: the stock encoder, decoder, base model and LM of each, with the roles above ----------------------
