@@ -1,5 +1,9 @@
 """Configurations of the cross-layer bridge models (seed 000): BERT, RoBERTa, XLM-R, ELECTRA, DeBERTa-v2, ModernBERT."""
 
+from .zoo_requirements import MIN_TRANSFORMERS  # noqa: F401 (first: a clear error under transformers 4)
+
+# isort: split
+
 import dataclasses
 from typing import ClassVar, Literal
 

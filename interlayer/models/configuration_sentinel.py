@@ -1,5 +1,9 @@
 """Configurations of the sentinel-gated models (seed 001)."""
 
+from .zoo_requirements import MIN_TRANSFORMERS  # noqa: F401 (first: a clear error under transformers 4)
+
+# isort: split
+
 import dataclasses
 from typing import ClassVar
 

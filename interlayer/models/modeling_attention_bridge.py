@@ -27,6 +27,10 @@ decoders). The stock forward passes are used as they are (they pass `**kwargs`, 
 the decoder). A family is a short declaration at the end of this file.
 """
 
+from .zoo_requirements import MIN_TRANSFORMERS  # noqa: F401 (first: a clear error under transformers 4)
+
+# isort: split
+
 import math
 
 import torch

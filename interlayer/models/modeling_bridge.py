@@ -19,6 +19,10 @@ then the families.
 
 from __future__ import annotations
 
+from .zoo_requirements import MIN_TRANSFORMERS  # noqa: F401 (first: a clear error under transformers 4)
+
+# isort: split
+
 import math
 from collections.abc import Callable
 from dataclasses import dataclass

@@ -18,6 +18,10 @@ the pre-trained mixin (statistics, pruning), the models and LM heads.
 
 from __future__ import annotations
 
+from .zoo_requirements import MIN_TRANSFORMERS  # noqa: F401 (first: a clear error under transformers 4)
+
+# isort: split
+
 import copy
 import math
 from dataclasses import dataclass
