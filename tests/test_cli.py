@@ -9,7 +9,7 @@ import torch
 from bridge_fixtures import build_gpt2, build_stock_roberta, pair_batch
 from transformers import RobertaForSequenceClassification
 
-from interlayer.cli import main
+from interlayer.cli import build_parser, main
 
 
 def run_cli(*args):
@@ -98,3 +98,19 @@ def test_converted_config_records_its_stock_source(tmp_path):
     assert config.base_model_name_or_path == str(tmp_path / "stock")
     config.save_pretrained(tmp_path / "saved")
     assert RobertaBridgeConfig.from_pretrained(tmp_path / "saved").base_model_name_or_path == str(tmp_path / "stock")
+
+
+def test_demo_and_bench_explain_every_option(capsys):
+    """`interlayer demo --help` and `interlayer bench --help` say what each option means; `--quick` says that its
+    ratios are a smoke test."""
+    commands = build_parser()._subparsers._group_actions[0].choices
+    for command in ("demo", "bench"):
+        for action in commands[command]._actions:
+            assert action.help, f"interlayer {command} {'/'.join(action.option_strings)}: no help text"
+        try:
+            main([command, "--help"])
+        except SystemExit as exit:
+            assert exit.code == 0
+        assert "default: " in capsys.readouterr().out
+    quick = next(a for a in commands["bench"]._actions if "--quick" in a.option_strings)
+    assert "smoke test" in quick.help and "not figures" in quick.help
