@@ -167,6 +167,7 @@ def main():
         logging_steps=10,
         report_to="none",
         bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported(),
+        ddp_find_unused_parameters=False,  # every parameter of a causal LM of the zoo gets a gradient (multiprocess.md)
     )
     model_args, data_args, training_args = parser.parse_args_into_dataclasses()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
