@@ -250,7 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     demo.add_argument(
-        "--output", default="outputs/demo-bridge", help="folder for the Trainer run and the saved model (default: %(default)s)"
+        "--output",
+        default="outputs/demo-bridge",
+        help="folder for the Trainer run and the saved model (default: %(default)s)",
     )
     demo.add_argument(
         "--preset",

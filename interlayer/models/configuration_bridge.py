@@ -1,6 +1,7 @@
 """Configurations of the cross-layer bridge models (seed 000): BERT, RoBERTa, XLM-R, ELECTRA, DeBERTa-v2, ModernBERT."""
 
-from .zoo_requirements import MIN_TRANSFORMERS  # noqa: F401 (first: a clear error under transformers 4)
+# first, before any transformers import: a clear error under transformers 4
+from .zoo_requirements import MIN_TRANSFORMERS  # noqa: F401
 
 # isort: split
 

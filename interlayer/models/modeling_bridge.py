@@ -19,7 +19,8 @@ then the families.
 
 from __future__ import annotations
 
-from .zoo_requirements import MIN_TRANSFORMERS  # noqa: F401 (first: a clear error under transformers 4)
+# first, before any transformers import: a clear error under transformers 4
+from .zoo_requirements import MIN_TRANSFORMERS  # noqa: F401
 
 # isort: split
 

@@ -18,7 +18,8 @@ With `identity_init=True` the streams stay equal until trained (read-in sums to 
 rows of `H_res` sum to 1), so the converted model computes the stock function in every mode.
 """
 
-from .zoo_requirements import MIN_TRANSFORMERS  # noqa: F401 (first: a clear error under transformers 4)
+# first, before any transformers import: a clear error under transformers 4
+from .zoo_requirements import MIN_TRANSFORMERS  # noqa: F401
 
 # isort: split
 

@@ -18,7 +18,8 @@ the pre-trained mixin (statistics, pruning), the models and LM heads.
 
 from __future__ import annotations
 
-from .zoo_requirements import MIN_TRANSFORMERS  # noqa: F401 (first: a clear error under transformers 4)
+# first, before any transformers import: a clear error under transformers 4
+from .zoo_requirements import MIN_TRANSFORMERS  # noqa: F401
 
 # isort: split
 

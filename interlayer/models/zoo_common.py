@@ -5,7 +5,8 @@ This file sits in the same folder as the configuration and modeling files that i
 `save_pretrained` ships it with the remote code (a parent-relative import would break `trust_remote_code`).
 """
 
-from .zoo_requirements import MIN_TRANSFORMERS  # first: a clear error under transformers 4
+# first, before any transformers import: a clear error under transformers 4
+from .zoo_requirements import MIN_TRANSFORMERS
 
 # isort: split
 
