@@ -145,6 +145,14 @@ def train_last_layers(model, n: int) -> None:
         layer.requires_grad_(True)
 
 
+def final_evaluation(trainer) -> dict:
+    """The held-out metrics of the trained model: those the Trainer logged at the last step (an `eval_strategy` of
+    "epoch" evaluates there), else a new evaluation. The held-out set is evaluated once."""
+    last = trainer.state.global_step
+    logged = [row for row in trainer.state.log_history if "eval_loss" in row and row.get("step") == last]
+    return logged[-1] if logged else trainer.evaluate()
+
+
 def main():
     parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
     parser.set_defaults(
@@ -159,6 +167,7 @@ def main():
         logging_steps=10,
         report_to="none",
         bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported(),
+        ddp_find_unused_parameters=False,  # every parameter of a causal LM of the zoo gets a gradient (multiprocess.md)
     )
     model_args, data_args, training_args = parser.parse_args_into_dataclasses()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -208,7 +217,7 @@ def main():
         MechanismStatsCallback.attach(trainer)
     before = trainer.evaluate()["eval_loss"] if model_args.evaluate_before_training else None
     trainer.train()
-    metrics = trainer.evaluate()
+    metrics = final_evaluation(trainer)
     summary = {
         "mechanism": model_args.mechanism,
         "seed": training_args.seed,

@@ -740,12 +740,20 @@ def run_bench(
     return write_record(out, records, command, threads, quick, rounds, steps)
 
 
+QUICK_CAVEAT = (
+    "Smoke test (--quick): tiny shapes and one step per turn check that every case runs; the ratios are not "
+    "overhead figures (at these shapes fixed costs dominate: peak memory and step ratios of 10x or more are usual). "
+    "For figures, run without --quick."
+)
+
+
 def write_record(out: Path, records: list[dict], command, threads: int, quick: bool, rounds: int, steps: int) -> dict:
     """Write `bench.json` and `bench.md` for the cases measured so far; returns the record."""
     record = {
         "command": command or "interlayer bench " + " ".join(sys.argv[2:]),
         "machine": {**machine(), "threads": threads},
         "quick": quick,
+        **({"caveat": QUICK_CAVEAT} if quick else {}),
         "rounds": rounds,
         "steps": steps,
         "cases": records,
@@ -758,7 +766,8 @@ def write_record(out: Path, records: list[dict], command, threads: int, quick: b
         f"turn of the model over the mean of the stock turns around it, median (min-max) over {rounds} rounds of "
         f"{steps} step(s).\n\n"
     )
-    (out / "bench.md").write_text(header + markdown_table(records))
+    caveat = f"**{QUICK_CAVEAT}**\n\n" if quick else ""
+    (out / "bench.md").write_text(caveat + header + markdown_table(records))
     return record
 
 

@@ -92,6 +92,9 @@ def run_demo(
     print(format_usage(usage))
     print(f"\nsaved model: {saved}")
     print(f'load it anywhere: AutoModelForSequenceClassification.from_pretrained("{saved}", trust_remote_code=True)')
+    # without the flag, AutoTokenizer reads the folder's config through its remote code too: it asks [y/N], then
+    # warns about a model of type ""
+    print(f'and its tokenizer: AutoTokenizer.from_pretrained("{saved}", trust_remote_code=True)')
     return {"metrics": metrics, "usage": usage, "saved": saved}
 
 

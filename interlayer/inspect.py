@@ -365,25 +365,48 @@ def hc_matrices(stats: dict, k: int, name: str = "res") -> list[tuple[str, torch
     return out
 
 
-def draw_hc_res(stats: dict, k: int, path) -> str:
-    """The mean `H_res` of every hyper-connection, one small matrix per layer (rows) and sublayer (columns)."""
-    matrices = _require(hc_matrices(stats, k), "`hc/L{i}/{attn,mlp}/res_{i}_{j}`")
-    rows = math.ceil(len(matrices) / 2)
-    fig = _figure(2 * (1.0 + 0.55 * k) + 1.2, rows * (0.9 + 0.5 * k))
+HC_RES_MAX_INCHES = (16.0, 12.0)  # the whole picture, whatever the depth: 1600 x 1200 pixels at most
+
+
+def contrasting_text_colour(rgba) -> str:
+    """"white" on a dark colour, "black" on a light one (relative luminance of the cell's colour)."""
+    red, green, blue = rgba[:3]
+    return "white" if 0.299 * red + 0.587 * green + 0.114 * blue < 0.5 else "black"
+
+
+def hc_res_figure(matrices: list[tuple[str, torch.Tensor]], k: int):
+    """A grid of small `H_res` heatmaps, a layer's attn and mlp side by side, as many layers per row as keeps the
+    grid about square; the picture stays within `HC_RES_MAX_INCHES`. Each cell shows its value when it fits, in
+    white on dark cells and black on light ones."""
+    layers_per_row = max(1, round(math.sqrt(len(matrices) / 2)))
+    columns = min(len(matrices), 2 * layers_per_row)
+    rows = math.ceil(len(matrices) / columns)
+    width, height = HC_RES_MAX_INCHES
+    size = min(1.6, (width - 1.2) / columns, (height - 0.6) / rows - 0.25)  # inches per heatmap
+    fig = _figure(columns * size + 1.2, rows * (size + 0.25) + 0.6)
     largest = max(float(m.abs().max()) for _, m in matrices)
+    fontsize = min(8.0, 26 * size / k)  # a value "0.25" in a k-th of the heatmap's width
     for n, (label, matrix) in enumerate(matrices):
-        ax = fig.add_subplot(rows, 2, n + 1)
+        ax = fig.add_subplot(rows, columns, n + 1)
         image = ax.imshow(matrix.numpy(), cmap="RdBu_r", vmin=-largest, vmax=largest)
-        if k <= 6:
+        if fontsize >= 4.5:
             for i in range(k):
                 for j in range(k):
-                    ax.text(j, i, f"{matrix[i, j]:.2f}", ha="center", va="center", fontsize=7)
-        ax.set_title(label, fontsize=9)
+                    value = float(matrix[i, j])
+                    colour = contrasting_text_colour(image.cmap(image.norm(value)))
+                    ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=fontsize, color=colour)
+        ax.set_title(label, fontsize=8, pad=2)
         ax.set_xticks([])
         ax.set_yticks([])
     fig.colorbar(image, ax=fig.axes, shrink=0.6, label="H_res")
     fig.suptitle("H_res per layer (rows: output stream, columns: input stream)")
-    return _save(fig, path)
+    return fig
+
+
+def draw_hc_res(stats: dict, k: int, path) -> str:
+    """The mean `H_res` of every hyper-connection, one small matrix per layer and sublayer (`hc_res_figure`)."""
+    matrices = _require(hc_matrices(stats, k), "`hc/L{i}/{attn,mlp}/res_{i}_{j}`")
+    return _save(hc_res_figure(matrices, k), path)
 
 
 def hc_composite_gain(stats: dict, k: int) -> tuple[list[str], list[float], list[float]]:
@@ -522,8 +545,38 @@ def training_series(log_history: list[dict]) -> dict[str, tuple[list[int], list[
     return series
 
 
+def _series_label(name: str) -> str:
+    """What tells a statistic's line apart from the others of its quantity: layer and indices (`hc/L3/attn/res_0_1`
+    -> `L3 0_1`), or the name."""
+    layer = re.search(r"/L(\d+)/", name)
+    indices = re.search(r"_(\d+(?:_\d+)*)$", name)
+    parts = ([f"L{layer.group(1)}"] if layer else []) + ([indices.group(1)] if indices else [])
+    return " ".join(parts) or name
+
+
+def training_curves_figure(quantity: str, names: list[str], series: dict, max_lines: int = 48):
+    """One quantity over training steps, a line per layer / index (at most `max_lines`), each named in the legend:
+    inside the axes up to 12 lines, beside them in columns of 16 beyond."""
+    shown = names[:max_lines]
+    columns = 0 if len(shown) <= 12 else math.ceil(len(shown) / 16)
+    fig = _figure(6.0 + 1.1 * columns, 3.6 if columns <= 1 else 4.2)
+    ax = fig.add_subplot()
+    for name in shown:
+        steps, values = series[name]
+        ax.plot(steps, values, marker="." if len(steps) < 30 else None, linewidth=1, label=_series_label(name))
+    if columns:
+        ax.legend(fontsize=6, ncol=columns, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    else:
+        ax.legend(fontsize=6)
+    more = "" if len(names) <= max_lines else f" (first {max_lines} of {len(names)})"
+    ax.set_title(quantity + more, fontsize=9)
+    ax.set_xlabel("step")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    return fig
+
+
 def draw_training_curves(log_history: list[dict], out: str, max_lines: int = 48) -> list[str]:
-    """One picture per logged quantity (`curves_<quantity>.png`), a line per layer / index over training steps."""
+    """One picture per logged quantity (`curves_<quantity>.png`, `training_curves_figure`)."""
     from tqdm.auto import tqdm
 
     series = training_series(log_history)
@@ -532,17 +585,7 @@ def draw_training_curves(log_history: list[dict], out: str, max_lines: int = 48)
         groups.setdefault(_quantity(name), []).append(name)
     paths = []
     for quantity, names in tqdm(sorted(groups.items()), desc="training curves", disable=None):
-        fig = _figure(6.0, 3.6)
-        ax = fig.add_subplot()
-        for name in names[:max_lines]:
-            steps, values = series[name]
-            ax.plot(steps, values, marker="." if len(steps) < 30 else None, linewidth=1, label=name)
-        if len(names) <= 12:
-            ax.legend(fontsize=6)
-        shown = "" if len(names) <= max_lines else f" (first {max_lines} of {len(names)})"
-        ax.set_title(quantity + shown, fontsize=9)
-        ax.set_xlabel("step")
-        ax.xaxis.get_major_locator().set_params(integer=True)
+        fig = training_curves_figure(quantity, names, series, max_lines)
         slug = re.sub(r"[^A-Za-z0-9]+", "_", quantity.replace("*", "")).strip("_")
         paths.append(_save(fig, os.path.join(out, f"curves_{slug}.png")))
     return paths

@@ -197,14 +197,35 @@ def default_task(config_dict: dict) -> str:
     return "base"
 
 
-@dataclass
+@dataclass(repr=False)
 class ConversionReport:
+    """What `convert` did. The lists hold every key; the repr (what `print(report)` shows) gives their counts and
+    first names."""
+
     entry: ZooEntry
-    missing_keys: list[str]
+    missing_keys: list[str]  # every tensor the checkpoint did not have: the mechanism's and a new head's
     unexpected_keys: list[str]
     new_mechanism_keys: list[str]
     new_head_keys: list[str]
     parameters: dict
+
+    def __repr__(self) -> str:
+        def keys(names: list[str], shown: int = 3) -> str:
+            more = f", ... {len(names) - shown} more" if len(names) > shown else ""
+            return f"{len(names)}" + (f" ({', '.join(names[:shown])}{more})" if names else "")
+
+        p, e = self.parameters, self.entry
+        return "\n".join(
+            [
+                f"ConversionReport({e.model_class.__name__}: {e.mechanism} on {e.stock_model_type}, task {e.task})",
+                f"  new mechanism tensors: {keys(self.new_mechanism_keys)}",
+                f"  new head tensors: {keys(self.new_head_keys)}",
+                f"  unused checkpoint tensors: {keys(self.unexpected_keys)}",
+                f"  parameters: {p['total']:,} total, {p['trainable']:,} trainable, {p['mechanism']:,} of the "
+                f"mechanism ({p['mechanism_percent']:.2f}%)",
+                "  every key: .new_mechanism_keys, .new_head_keys, .missing_keys, .unexpected_keys",
+            ]
+        )
 
 
 def convert(

@@ -190,6 +190,8 @@ def train(name: str, out: str, rank: int, world_size: int) -> None:
         dataloader_drop_last=True,
         use_cpu=True,
         ddp_backend="gloo" if world_size > 1 else None,
+        # every parameter gets a gradient but stock Marian's sinusoidal position tables (docs/multiprocess.md)
+        ddp_find_unused_parameters=name == "marian_attention_bridge",
         disable_tqdm=True,
     )
     callbacks = [make() for make in callback_makers]

@@ -6,7 +6,7 @@ import statistics
 
 import pytest
 
-from interlayer.bench import CASES
+from interlayer.bench import CASES, write_record
 from interlayer.cli import main
 
 FAMILY_CASES = ["hc-static", "bridge-H9", "sentinel", "attention-bridge"]  # one case per stock family
@@ -66,6 +66,20 @@ def test_quick_bench_writes_json_and_markdown_for_every_family(tmp_path, capsys)
             cells[7] == "-" if r["case"] == "bridge-H9" else cells[7].startswith(f"{r['decode_eager']['median']:.2f}x")
         )
     assert table in capsys.readouterr().out
+
+
+def test_quick_bench_says_its_ratios_are_a_smoke_test_not_figures(tmp_path, capsys):
+    """Tiny shapes give ratios such as 97x peak memory: the record, the markdown and the printed table say that
+    they are a smoke test; a full run's record carries no such caveat."""
+    out = tmp_path / "bench"
+    assert main(["bench", "--quick", "--in-process", "--cases", "hc-static", "--out", str(out)]) == 0
+    record = json.loads((out / "bench.json").read_text())
+    assert "Smoke test" in record["caveat"] and "not overhead figures" in record["caveat"]
+    table = (out / "bench.md").read_text()
+    assert table.startswith(f"**{record['caveat']}**")
+    assert record["caveat"] in capsys.readouterr().out
+    full = write_record(tmp_path, record["cases"], "interlayer bench", 2, quick=False, rounds=1, steps=1)
+    assert "caveat" not in full and "Smoke test" not in (tmp_path / "bench.md").read_text()
 
 
 PRUNE_CASES = ["sentinel-prune-30", "sentinel-prune-70"]

@@ -31,3 +31,20 @@ def test_lora_unmerged_logits_equal_merged_logits(tmp_path, family, options, tar
         merged = wrapped.merge_and_unload()(**batch).logits
     assert (unmerged - base).abs().max() > 1e-3, "the adapters must change the logits for the test to mean anything"
     torch.testing.assert_close(unmerged, merged)
+
+
+def test_modules_to_save_trains_the_bridge_beside_the_adapters(tmp_path):
+    """docs/bridges.md: `get_peft_model` freezes every bridge parameter unless `modules_to_save` names the bridge
+    modules; with `["bridge", "bridge_router"]` each of them trains and gets a gradient, and the new head trains."""
+    batch = pair_batch("roberta")
+    labels = torch.arange(batch["input_ids"].shape[0]) % 2
+    for modules, trained in ((None, False), (["bridge", "bridge_router"], True)):
+        model = active_bridge(tmp_path / str(trained), "roberta", bridge_mode="hybrid")
+        mechanism = len(model.mechanism_parameter_names())
+        lora = peft.LoraConfig(task_type="SEQ_CLS", target_modules=["query", "key", "value"], modules_to_save=modules)
+        wrapped = peft.get_peft_model(model, lora)
+        wrapped(**batch, labels=labels).loss.backward()
+        bridge = {n: p for n, p in wrapped.named_parameters() if p.requires_grad and "bridge" in n}
+        assert len(bridge) == (mechanism if trained else 0)
+        assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in bridge.values())
+        assert any(p.requires_grad for n, p in wrapped.named_parameters() if "classifier" in n)

@@ -10,7 +10,7 @@ import torch
 from bridge_fixtures import build_gpt2, build_stock_roberta, pair_batch
 from transformers import RobertaForSequenceClassification
 
-from interlayer.cli import main
+from interlayer.cli import build_parser, main
 
 
 def run_cli(*args):
@@ -169,3 +169,19 @@ def test_convert_says_no_such_folder_for_a_missing_local_path(tmp_path, capsys, 
             convert(source, "bridge")
         error = _convert_error(capsys, source, str(tmp_path / "out"), "--mechanism", "bridge")
         assert f"no such folder: {source}" in error
+
+
+def test_demo_and_bench_explain_every_option(capsys):
+    """`interlayer demo --help` and `interlayer bench --help` say what each option means; `--quick` says that its
+    ratios are a smoke test."""
+    commands = build_parser()._subparsers._group_actions[0].choices
+    for command in ("demo", "bench"):
+        for action in commands[command]._actions:
+            assert action.help, f"interlayer {command} {'/'.join(action.option_strings)}: no help text"
+        try:
+            main([command, "--help"])
+        except SystemExit as exit:
+            assert exit.code == 0
+        assert "default: " in capsys.readouterr().out
+    quick = next(a for a in commands["bench"]._actions if "--quick" in a.option_strings)
+    assert "smoke test" in quick.help and "not figures" in quick.help

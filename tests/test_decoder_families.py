@@ -66,6 +66,18 @@ def test_registry_converts_every_stock_weight(stock_folders, family, mechanism, 
             torch.testing.assert_close(state[name[len(prefix) :]], tensor, rtol=0, atol=0)
 
 
+def test_printed_conversion_report_is_a_summary(stock_folders):
+    """`print(report)` gives counts and the first names (a real model adds hundreds of tensors); the report's
+    lists keep every key."""
+    model, report = convert(stock_folders["qwen2"][0], "hyper-connections", task="causal-lm")
+    keys = report.new_mechanism_keys
+    assert len(keys) > 3 and keys == report.missing_keys
+    text = repr(report)
+    assert f"new mechanism tensors: {len(keys)} ({keys[0]}, " in text and f"... {len(keys) - 3} more)" in text
+    assert keys[3] not in text and len(text.splitlines()) <= 6 and len(text) < 800
+    assert type(model).__name__ in text and f"{report.parameters['mechanism']:,}" in text
+
+
 def left_padded_prompts():
     batch = lm_batch(lengths=(7, 4))
     ids, mask = torch.zeros_like(batch["input_ids"]), torch.zeros_like(batch["attention_mask"])

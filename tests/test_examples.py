@@ -1,6 +1,7 @@
 """The example script and the demo, run on real MiniLM weights with a few steps (they must really train)."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -74,7 +75,42 @@ def test_demo_prints_accuracy_usage_and_saved_model(tmp_path, capsys):
     result = run_demo(output_dir=str(tmp_path / "demo"), train_size=32, eval_size=16, epochs=1, batch_size=16)
     text = capsys.readouterr().out
     assert "held-out accuracy:" in text and "sources (fraction of examples)" in text
+    assert f'AutoTokenizer.from_pretrained("{result["saved"]}", trust_remote_code=True)' in text
     assert {"bridge/L2/alpha_attn", "bridge/L5/source_4"} <= result["usage"].keys()
     loaded = AutoModelForSequenceClassification.from_pretrained(result["saved"])
     assert loaded.config.id2label[0] == "business" and loaded.config.num_labels == 5
     assert "sentence-transformers/all-MiniLM-L6-v2" in (tmp_path / "demo" / "model" / "README.md").read_text()
+
+
+def test_a_clean_process_loads_a_saved_folders_tokenizer_without_a_question(tmp_path):
+    """Without `interlayer`, `AutoTokenizer.from_pretrained(folder)` reads the folder's config through its remote
+    code: it asks `[y/N]` on a terminal and, refused, warns about instantiating a model of type "". With
+    `trust_remote_code=True`, as the demo prints it, neither."""
+    from hc_fixtures import save_tiny_llama_with_tokenizer, write_qa_pairs
+
+    from interlayer import LlamaLatentForCausalLM
+    from interlayer.zoo import save_atomically
+
+    save_tiny_llama_with_tokenizer(tmp_path / "stock", write_qa_pairs(tmp_path / "qa.jsonl", 20))
+    model = LlamaLatentForCausalLM.from_pretrained(tmp_path / "stock")
+    folder = save_atomically(model, str(tmp_path / "saved"), tokenizer_source=str(tmp_path / "stock"))
+    load = (
+        "import sys; from transformers import AutoTokenizer; "
+        "sys.path = [p for p in sys.path if p not in ('', sys.argv[2])]; "
+        "t = AutoTokenizer.from_pretrained(sys.argv[1], **eval(sys.argv[3])); "
+        "assert 'interlayer' not in sys.modules; print(type(t).__name__)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["HF_MODULES_CACHE"] = str(tmp_path / "modules")
+    for options, noisy in (("{}", True), ("{'trust_remote_code': True}", False)):
+        result = subprocess.run(
+            [sys.executable, "-c", load, folder, str(ROOT), options],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            stdin=subprocess.DEVNULL,
+            timeout=300,
+        )
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert ("to instantiate a model of type ``" in result.stderr) is noisy, result.stderr[-2000:]

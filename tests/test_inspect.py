@@ -226,3 +226,52 @@ def test_a_default_derived_from_the_stock_config_is_not_a_changed_setting():
 
     assert changed_settings(RobertaBridgeConfig(num_hidden_layers=3)) == {}
     assert changed_settings(RobertaBridgeConfig(num_hidden_layers=3, route_last_n=2)) == {"route_last_n": (2, None)}
+
+
+def deep_hc_statistics(layers: int = 30, k: int = 4) -> dict[str, float]:
+    """The `hc/L{i}/{attn,mlp}/res_{i}_{j}` statistics of a SmolLM2-deep model: values in [-1, 1], the diagonal 1."""
+    generator = torch.Generator().manual_seed(0)
+    stats = {}
+    for layer in range(layers):
+        for sub in ("attn", "mlp"):
+            matrix = torch.rand(k, k, generator=generator) * 2 - 1
+            matrix.fill_diagonal_(1.0)
+            for i in range(k):
+                for j in range(k):
+                    stats[f"hc/L{layer}/{sub}/res_{i}_{j}"] = float(matrix[i, j])
+    return stats
+
+
+def test_hc_res_picture_of_a_deep_model_is_bounded_and_its_numbers_readable(tmp_path):
+    """30 layers x (attn, mlp) of 4 x 4 matrices: a grid within 1600 x 1200 pixels (a column of 60 heatmaps was 760 x
+    8700), every value written, white on dark cells and black on light ones."""
+    from interlayer.inspect import contrasting_text_colour, draw_hc_res, hc_matrices, hc_res_figure
+
+    stats = deep_hc_statistics()
+    path = draw_hc_res(stats, 4, tmp_path / "hc_res.png")
+    height, width = imread(path).shape[:2]
+    assert width <= 1600 and height <= 1200 and width > height / 2
+    fig = hc_res_figure(hc_matrices(stats, 4), 4)
+    texts = [text for ax in fig.axes for text in ax.texts]
+    assert len(texts) == 60 * 16 and min(text.get_fontsize() for text in texts) >= 4.5
+    colours = {text.get_text(): text.get_color() for text in texts}
+    assert colours["1.00"] == "white"  # the darkest red
+    assert contrasting_text_colour((0.02, 0.19, 0.38, 1.0)) == "white"  # the darkest blue of RdBu_r
+    assert contrasting_text_colour((0.97, 0.97, 0.97, 1.0)) == "black"  # its middle, near 0
+    near_zero = [text for text in texts if abs(float(text.get_text())) < 0.1]
+    assert near_zero and all(text.get_color() == "black" for text in near_zero)
+
+
+def test_training_curves_name_every_line():
+    """Every line of a training-curve picture is in the legend (beside the axes beyond 12 lines), by its layer and
+    indices."""
+    from interlayer.inspect import training_curves_figure
+
+    names = [f"hc/L{layer}/attn/res_{i}_0" for layer in range(10) for i in range(2)]
+    series = {name: ([1, 2, 3], [0.1, 0.2, 0.3]) for name in names}
+    for shown in (names[:4], names):
+        legend = training_curves_figure("hc/L*/attn/res_*", shown, series).axes[0].get_legend()
+        assert legend is not None
+        assert [text.get_text() for text in legend.get_texts()] == [
+            f"L{layer} {i}_0" for layer in range(10) for i in range(2)
+        ][: len(shown)]

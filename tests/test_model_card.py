@@ -2,6 +2,7 @@
 
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -10,6 +11,7 @@ import torch
 from hc_fixtures import build_stock_llama
 from transformers.pipelines import SUPPORTED_TASKS
 
+import interlayer
 from interlayer import LlamaLatentForCausalLM
 from interlayer.models.zoo_common import hub_id
 from interlayer.zoo import ZOO, convert
@@ -132,3 +134,41 @@ def test_conversion_says_in_one_line_what_it_added_and_keeps_real_warnings(tmp_p
         assert "every stock weight loaded" not in err
     finally:
         logging.getLogger("transformers").removeHandler(records)
+
+
+def test_every_shipped_file_names_the_transformers_it_needs_before_importing_it(tmp_path):
+    """Remote code under transformers 4 (simulated: a `transformers` package with version 4.57.1 and none of its
+    modules) stops at the version check with both versions named, whichever shipped file is imported, instead of
+    at the first v5-only import (transformers 4.57 lacks `transformers.conversion_mapping`)."""
+    build_stock_llama(str(tmp_path / "stock"))
+    LlamaLatentForCausalLM.from_pretrained(tmp_path / "stock").save_pretrained(tmp_path / "out")
+    assert (tmp_path / "out" / "zoo_requirements.py").is_file()
+    models = os.path.join(os.path.dirname(interlayer.__file__), "models")
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    names = sorted(n[:-3] for n in os.listdir(models) if n.endswith(".py") and n != "__init__.py")
+    for name in names:
+        shutil.copy(os.path.join(models, name + ".py"), shipped / (name + ".py"))
+    script = textwrap.dedent(
+        f"""
+        import importlib, sys, types
+        fake = types.ModuleType("transformers")
+        fake.__version__ = "4.57.1"
+        fake.__path__ = []
+        sys.modules["transformers"] = fake
+        sys.path.insert(0, {str(tmp_path)!r})
+        for name in {names!r}:
+            try:
+                importlib.import_module("shipped." + name)
+            except ImportError as err:
+                print(name, "|", err)
+            else:
+                print(name, "| imported")
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    lines = dict(line.split(" | ", 1) for line in result.stdout.splitlines())
+    assert sorted(lines) == names
+    for name, message in lines.items():
+        assert "need transformers>=5" in message and "4.57.1" in message, f"{name}.py: {message}"

@@ -95,6 +95,24 @@ def test_ranks_agree(runs, name):
     assert logs1 == logs0
 
 
+def test_accelerate_launch_multi_gpu_runs_two_cpu_processes(runs, tmp_path):
+    """docs/multiprocess.md's accelerate form: `accelerate launch --multi_gpu --num_processes 2` with `use_cpu=True,
+    ddp_backend="gloo"` in the script starts two CPU processes, which end where `torch.distributed.run`'s ended."""
+    path = [str(SCRIPT.parents[1]), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(p for p in path if p)}
+    accelerate = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"]
+    accelerate += ["--main_process_ip", "127.0.0.1", "--main_process_port", str(free_port())]
+    result = subprocess.run(
+        [*accelerate, str(SCRIPT), str(tmp_path), "llama_latent"], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "find_unused_parameters=True was specified" not in result.stderr
+    for rank in (0, 1):
+        launched, reference = load(tmp_path, ".", "llama_latent", rank), load(runs, "two", "llama_latent", rank)
+        assert launched["world_size"] == 2
+        torch.testing.assert_close(losses(launched), losses(reference), rtol=0, atol=0)
+
+
 def test_mean_tensor_over_ranks(runs):
     """The helper the callbacks use to agree across ranks: rank r contributes [r + 1, 2] with weight r + 1."""
     for rank in (0, 1):

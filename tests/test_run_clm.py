@@ -78,6 +78,9 @@ def test_run_clm_trains_a_mechanism_and_saves_a_shareable_model(tmp_path, mechan
     assert 0 < params["trainable"] < params["total"] / 10
     logs = json.loads((out / "trainer_state.json").read_text())["log_history"]
     trained = [row for row in logs if "loss" in row]
+    evaluations = [row for row in logs if "eval_loss" in row]  # at each epoch's end, the last one not repeated
+    assert [row["epoch"] for row in evaluations] == [1, 2, 3], evaluations
+    assert evaluations[-1]["eval_loss"] == summary["eval_loss"]
     assert trained and all(all(name in row for name in expected["logged"]) for row in trained)
     assert any(f"eval_{expected['logged'][1]}" in row for row in logs)
     assert {expected["file"], "README.md", "tokenizer.json"} <= {p.name for p in out.iterdir()}

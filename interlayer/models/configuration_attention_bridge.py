@@ -1,6 +1,11 @@
 """Configuration of attention bridges between an encoder and language-specific decoders (seed 004) on Marian, BART,
 mBART, M2M100 (NLLB's architecture) and T5."""
 
+# first, before any transformers import: a clear error under transformers 4
+from .zoo_requirements import MIN_TRANSFORMERS  # noqa: F401
+
+# isort: split
+
 import dataclasses
 from typing import ClassVar, Literal
 

@@ -1,5 +1,10 @@
 """Configurations of the cross-layer bridge models (seed 000): BERT, RoBERTa, XLM-R, ELECTRA, DeBERTa-v2, ModernBERT."""
 
+# first, before any transformers import: a clear error under transformers 4
+from .zoo_requirements import MIN_TRANSFORMERS  # noqa: F401
+
+# isort: split
+
 import dataclasses
 from typing import ClassVar, Literal
 

@@ -1,6 +1,11 @@
 """Configuration of hyper-connections and manifold-constrained hyper-connections (seed 002) on the decoder families
 of decoder_common (Llama, Qwen3, Qwen2, Mistral, Phi-3, OLMo 2, Gemma 2, Gemma 3 text, GPT-2)."""
 
+# first, before any transformers import: a clear error under transformers 4
+from .zoo_requirements import MIN_TRANSFORMERS  # noqa: F401
+
+# isort: split
+
 import dataclasses
 from typing import ClassVar, Literal
 

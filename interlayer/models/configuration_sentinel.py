@@ -1,5 +1,10 @@
 """Configurations of the sentinel-gated models (seed 001)."""
 
+# first, before any transformers import: a clear error under transformers 4
+from .zoo_requirements import MIN_TRANSFORMERS  # noqa: F401
+
+# isort: split
+
 import dataclasses
 from typing import ClassVar
 

@@ -10,6 +10,11 @@ each layer type; the rotary position embeddings (shared, or one per layer type).
 It sits beside the modeling files that import it, so `save_pretrained` ships it with the remote code.
 """
 
+# first, before any transformers import: a clear error under transformers 4
+from .zoo_requirements import MIN_TRANSFORMERS  # noqa: F401
+
+# isort: split
+
 import dataclasses
 from collections.abc import Callable
 

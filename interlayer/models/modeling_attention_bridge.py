@@ -27,6 +27,11 @@ decoders). The stock forward passes are used as they are (they pass `**kwargs`, 
 the decoder). A family is a short declaration at the end of this file.
 """
 
+# first, before any transformers import: a clear error under transformers 4
+from .zoo_requirements import MIN_TRANSFORMERS  # noqa: F401
+
+# isort: split
+
 import math
 
 import torch

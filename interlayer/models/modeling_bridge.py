@@ -19,6 +19,11 @@ then the families.
 
 from __future__ import annotations
 
+# first, before any transformers import: a clear error under transformers 4
+from .zoo_requirements import MIN_TRANSFORMERS  # noqa: F401
+
+# isort: split
+
 import math
 from collections.abc import Callable
 from dataclasses import dataclass

@@ -21,6 +21,11 @@ rows of `H_res` sum to 1), so the converted model computes the stock function in
 to about 1e-6 per sublayer: its normalisations divide by the sum plus eps).
 """
 
+# first, before any transformers import: a clear error under transformers 4
+from .zoo_requirements import MIN_TRANSFORMERS  # noqa: F401
+
+# isort: split
+
 import contextlib
 import math
 

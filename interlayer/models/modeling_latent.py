@@ -21,6 +21,11 @@ passes as one batch of 2B rows (the latent pass only needs the previous token's 
 With `identity_init=True` the up projections start at zero, so the converted model computes the stock function.
 """
 
+# first, before any transformers import: a clear error under transformers 4
+from .zoo_requirements import MIN_TRANSFORMERS  # noqa: F401
+
+# isort: split
+
 import torch
 from torch import nn
 from transformers import initialization as init

@@ -18,6 +18,11 @@ the pre-trained mixin (statistics, pruning), the models and LM heads.
 
 from __future__ import annotations
 
+# first, before any transformers import: a clear error under transformers 4
+from .zoo_requirements import MIN_TRANSFORMERS  # noqa: F401
+
+# isort: split
+
 import copy
 import math
 from dataclasses import dataclass

@@ -5,6 +5,11 @@ This file sits in the same folder as the configuration and modeling files that i
 `save_pretrained` ships it with the remote code (a parent-relative import would break `trust_remote_code`).
 """
 
+# first, before any transformers import: a clear error under transformers 4
+from .zoo_requirements import MIN_TRANSFORMERS
+
+# isort: split
+
 import dataclasses
 import difflib
 import functools
@@ -28,14 +33,6 @@ from transformers.modeling_outputs import BaseModelOutputWithPast
 from transformers.utils import logging as hf_logging
 
 logger = hf_logging.get_logger("transformers.interlayer")
-
-MIN_TRANSFORMERS = 5
-if int(transformers.__version__.split(".")[0]) < MIN_TRANSFORMERS:
-    raise ImportError(
-        f"interlayer models need transformers>={MIN_TRANSFORMERS} (strict dataclass configs, the v5 attention and "
-        f"cache interfaces); this environment has transformers {transformers.__version__}. "
-        f"Upgrade with `pip install 'transformers>={MIN_TRANSFORMERS},<6'`."
-    )
 
 
 # transformers 5.24 renamed the cache keyword of forwards, of `generate()`'s model inputs and the cache field of outputs
