@@ -76,7 +76,7 @@ from .configuration_sentinel import (
     RobertaSentinelConfig,
 )
 from .decoder_common import LLAMA, QWEN2, QWEN3, CausalLMMixin, DecoderStackMixin, family_classes
-from .zoo_common import ZooModelMixin, register_for_auto_classes
+from .zoo_common import ZooModelMixin, refuse_output_attentions, register_for_auto_classes, select_hidden_states
 
 
 @dataclass(frozen=True)
@@ -636,6 +636,10 @@ class SentinelPreTrainedMixin(ZooModelMixin):
         return out
 
 
+# why the GPT-2 and Llama-family sentinel models refuse `output_attentions` (the BERT family returns the stock weights)
+NO_ATTENTIONS = "its stack does not record attention weights; gate statistics come from `model.mechanism_stats()`"
+
+
 class SentinelLMHeadMixin:
     """The causal-LM forward of every sentinel LM: the base model, the LM head, the loss plus the gates' L1 pressure."""
 
@@ -666,6 +670,7 @@ class SentinelLMHeadMixin:
             inputs_embeds=inputs_embeds,
             use_cache=use_cache,
             output_hidden_states=output_hidden_states,
+            return_dict=True,
             **kwargs,
         )
         hidden_states = outputs.last_hidden_state
@@ -730,8 +735,7 @@ class GPT2SentinelModel(GPT2SentinelPreTrainedMixin, GPT2Model):
             output_hidden_states = self.config.output_hidden_states
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
-        if kwargs.pop("output_attentions", None):
-            raise ValueError("`output_attentions=True` is not supported; gate statistics come from mechanism_stats().")
+        refuse_output_attentions(self, kwargs, NO_ATTENTIONS)
         use_cache = self.config.use_cache if use_cache is None else use_cache
         if self.gradient_checkpointing and self.training:
             use_cache = False
@@ -775,7 +779,7 @@ class GPT2SentinelModel(GPT2SentinelPreTrainedMixin, GPT2Model):
         return BaseModelOutputWithPast(
             last_hidden_state=hidden_states,
             past_key_values=past_key_values if use_cache else None,
-            hidden_states=all_hidden,
+            hidden_states=select_hidden_states(all_hidden, output_hidden_states),
         )
 
 
@@ -806,7 +810,7 @@ class DecoderSentinelModelMixin(DecoderSentinelPreTrainedMixin, DecoderStackMixi
     """A Llama-family decoder with sentinel-gated attention and optional U-Net skips; stock embeddings, layers,
     norm and rotary embedding."""
 
-    records_attentions = False  # `output_attentions` is refused: gate statistics come from mechanism_stats()
+    records_attentions = False  # `output_attentions` is refused (NO_ATTENTIONS)
 
     @can_return_tuple
     def forward(
@@ -822,8 +826,7 @@ class DecoderSentinelModelMixin(DecoderSentinelPreTrainedMixin, DecoderStackMixi
     ) -> BaseModelOutputWithPast:
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
-        if kwargs.pop("output_attentions", None):
-            raise ValueError("`output_attentions=True` is not supported; gate statistics come from mechanism_stats().")
+        refuse_output_attentions(self, kwargs, NO_ATTENTIONS)
         use_cache = self.config.use_cache if use_cache is None else use_cache
         if self.gradient_checkpointing and self.training:
             use_cache = False
@@ -854,7 +857,7 @@ class DecoderSentinelModelMixin(DecoderSentinelPreTrainedMixin, DecoderStackMixi
         return BaseModelOutputWithPast(
             last_hidden_state=hidden_states,
             past_key_values=cache if use_cache else None,
-            hidden_states=all_hidden,
+            hidden_states=select_hidden_states(all_hidden, output_hidden_states),
         )
 
 

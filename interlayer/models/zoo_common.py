@@ -471,6 +471,52 @@ class ZooModelMixin:
         return result
 
 
+def refuse_output_attentions(model, kwargs: dict, why: str) -> None:
+    """Refuse `output_attentions=True` for a model that returns no attention weights, from the call (`kwargs`, out of
+    which it is taken) or, when the call does not say, from the config, alike (a config flag would otherwise be
+    ignored silently). `why` says why the mechanism has no attention weights to return."""
+    value = kwargs.pop("output_attentions", None)
+    if value is None:
+        value = model.config.output_attentions
+    if value:
+        raise ValueError(
+            f"`output_attentions={value!r}` is not supported by {type(model).__name__}: {why}. Leave "
+            "`output_attentions` False, in the call and in the config."
+        )
+
+
+def select_hidden_states(hidden_states, output_hidden_states):
+    """`hidden_states` (every hidden state of a forward, or None) as transformers 5's stock classes return them for
+    `output_hidden_states`: all of them for True; for an index or a list of indices (negative ones counted from the
+    end), the tensors at those positions and None at the others."""
+    if hidden_states is None or output_hidden_states is None or isinstance(output_hidden_states, bool):
+        return hidden_states
+    selection = [output_hidden_states] if isinstance(output_hidden_states, int) else output_hidden_states
+    if not isinstance(selection, (list, tuple)) or not all(
+        isinstance(i, int) and not isinstance(i, bool) for i in selection
+    ):
+        raise ValueError(
+            "`output_hidden_states` takes True or False, or an index or a list of indices of the hidden states to "
+            f"return; got {output_hidden_states!r}."
+        )
+    count = len(hidden_states)
+    selected = {i % count for i in selection if -count <= i < count}
+    return tuple(state if i in selected else None for i, state in enumerate(hidden_states))
+
+
+def _return_dict_unless_asked(module, args, kwargs):
+    kwargs.setdefault("return_dict", True)
+    return args, kwargs
+
+
+def returns_dict_to_its_head(base_model: nn.Module) -> None:
+    """Make the base model inside a task head return its output class unless the call asks for a tuple. The stock
+    heads read their base model's output by field name and call it without `return_dict`, so `return_dict=False` in
+    the config, which the two share, hands them a tuple (the stock classes of transformers 5 fail there); the head
+    itself still gives the tuple the call or the config asks for."""
+    base_model.register_forward_pre_hook(_return_dict_unless_asked, with_kwargs=True)
+
+
 def register_for_auto_classes(config_class, **model_classes) -> None:
     """Register `config_class` and each model class for the Auto class it is given under
     (`register_for_auto_classes(Qwen3MHCConfig, AutoModel=Qwen3MHCModel, AutoModelForCausalLM=Qwen3MHCForCausalLM)`).
