@@ -871,9 +871,7 @@ class BridgeModelMixin(BridgePreTrainedMixin):
     ) -> BridgeModelOutput:
         if (input_ids is None) ^ (inputs_embeds is not None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
-        refuse_output_attentions(
-            self, kwargs, "bridged layers return no attention weights; read the bridge's usage with `mechanism_stats()`"
-        )
+        refuse_output_attentions(self, kwargs)
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
         embedding_output = self.embed(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)

@@ -284,13 +284,7 @@ class LatentModelMixin(LatentPreTrainedMixin, DecoderStackMixin):
         **kwargs,
     ) -> BaseModelOutputWithPast:
         """As the stock model; `hidden_states` (when asked for) are those of the latent-applied pass."""
-        refuse_output_attentions(
-            self,
-            kwargs,
-            "every token runs through the layers twice (the stock pass, then the latent-applied pass), so there is no "
-            "single set of attention weights to return; read the gates and adjustment ratios with "
-            "`model.mechanism_stats()`",
-        )
+        refuse_output_attentions(self, kwargs)
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
         inputs_embeds, cache, position_ids, masks, position_embeddings = self.prepare_inputs(

@@ -636,10 +636,6 @@ class SentinelPreTrainedMixin(ZooModelMixin):
         return out
 
 
-# why the GPT-2 and Llama-family sentinel models refuse `output_attentions` (the BERT family returns the stock weights)
-NO_ATTENTIONS = "its stack does not record attention weights; gate statistics come from `model.mechanism_stats()`"
-
-
 class SentinelLMHeadMixin:
     """The causal-LM forward of every sentinel LM: the base model, the LM head, the loss plus the gates' L1 pressure."""
 
@@ -735,7 +731,7 @@ class GPT2SentinelModel(GPT2SentinelPreTrainedMixin, GPT2Model):
             output_hidden_states = self.config.output_hidden_states
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
-        refuse_output_attentions(self, kwargs, NO_ATTENTIONS)
+        refuse_output_attentions(self, kwargs)
         use_cache = self.config.use_cache if use_cache is None else use_cache
         if self.gradient_checkpointing and self.training:
             use_cache = False
@@ -810,7 +806,7 @@ class DecoderSentinelModelMixin(DecoderSentinelPreTrainedMixin, DecoderStackMixi
     """A Llama-family decoder with sentinel-gated attention and optional U-Net skips; stock embeddings, layers,
     norm and rotary embedding."""
 
-    records_attentions = False  # `output_attentions` is refused (NO_ATTENTIONS)
+    records_attentions = False  # `output_attentions` is refused (the config's `no_attention_weights`)
 
     @can_return_tuple
     def forward(
@@ -826,7 +822,7 @@ class DecoderSentinelModelMixin(DecoderSentinelPreTrainedMixin, DecoderStackMixi
     ) -> BaseModelOutputWithPast:
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
-        refuse_output_attentions(self, kwargs, NO_ATTENTIONS)
+        refuse_output_attentions(self, kwargs)
         use_cache = self.config.use_cache if use_cache is None else use_cache
         if self.gradient_checkpointing and self.training:
             use_cache = False

@@ -149,6 +149,9 @@ class ZooConfigFields:
     # changes what the saved weights mean and is refused. A mechanism extends both sets.
     reload_options: ClassVar[frozenset[str]] = frozenset({"base_model_name_or_path"})
     init_options: ClassVar[frozenset[str]] = frozenset({"identity_init"})
+    # why the mechanism's models return no attention weights (`output_attentions=True` is then refused, at config
+    # creation and at run time); None where they return the stock attention weights
+    no_attention_weights: ClassVar[str | None] = None
 
 
 STOCK_SOURCE = "<stock checkpoint>"  # replaced by the checkpoint's path or id once `from_pretrained` knows it
@@ -231,6 +234,16 @@ class ZooConfigMixin:
                 continue
             if difflib.get_close_matches(name, settings, n=1, cutoff=0.8):
                 raise ValueError(f"{type(self).__name__} has no option `{name}`{closest_name(name, settings)}")
+
+    def validate_output_attentions(self):
+        """`output_attentions=True` is refused at config creation where the models return no attention weights
+        (`no_attention_weights`); otherwise it needs eager attention, as for the stock config."""
+        if self.output_attentions and self.no_attention_weights:
+            raise ValueError(
+                f"`output_attentions=True` is not supported by {type(self).__name__}: {self.no_attention_weights}. "
+                "Leave `output_attentions` False."
+            )
+        super().validate_output_attentions()
 
     def validate_finite_numbers(self):
         """Every numeric mechanism option is finite: NaN or an infinity would only surface as NaN outputs later."""
@@ -471,17 +484,17 @@ class ZooModelMixin:
         return result
 
 
-def refuse_output_attentions(model, kwargs: dict, why: str) -> None:
-    """Refuse `output_attentions=True` for a model that returns no attention weights, from the call (`kwargs`, out of
-    which it is taken) or, when the call does not say, from the config, alike (a config flag would otherwise be
-    ignored silently). `why` says why the mechanism has no attention weights to return."""
+def refuse_output_attentions(model, kwargs: dict) -> None:
+    """Refuse `output_attentions=True` for a model that returns no attention weights (its config's
+    `no_attention_weights` says why), from the call (`kwargs`, out of which it is taken) or, when the call does not
+    say, from the config: a flag set on the config after its creation is refused here, never ignored."""
     value = kwargs.pop("output_attentions", None)
     if value is None:
         value = model.config.output_attentions
     if value:
         raise ValueError(
-            f"`output_attentions={value!r}` is not supported by {type(model).__name__}: {why}. Leave "
-            "`output_attentions` False, in the call and in the config."
+            f"`output_attentions={value!r}` is not supported by {type(model).__name__}: "
+            f"{model.config.no_attention_weights}. Leave `output_attentions` False, in the call and in the config."
         )
 
 
