@@ -734,7 +734,7 @@ class ConformanceSuite:
             assert isinstance(got, torch.Tensor), f"{where}: {type(got).__name__} where stock has a tensor"
             torch.testing.assert_close(got, expected, msg=lambda m: f"{where}: {m}")
         elif isinstance(expected, (tuple, list)):
-            assert isinstance(got, (tuple, list)), f"{where}: {type(got).__name__} where stock has a tuple"
+            assert isinstance(got, type(expected)), f"{where}: {type(got).__name__} where stock has a {type(expected)}"
             assert len(got) == len(expected), f"{where}: {len(got)} entries where stock has {len(expected)}"
             for i, (one, stock_one) in enumerate(zip(got, expected)):
                 self._assert_same_outputs(one, stock_one, f"{where}[{i}]")
@@ -787,9 +787,9 @@ class ConformanceSuite:
                     where = f"{zoo_class.__name__} {name} from the {how}"
                     self._assert_same_outputs(getattr(result, name, None), getattr(expected, name), where)
 
-    @pytest.mark.parametrize("selection", [[0, 2], -1], ids=["list", "negative_index"])
+    @pytest.mark.parametrize("selection", [True, [0, 2], -1], ids=["all", "list", "negative_index"])
     def test_hidden_state_selection_as_stock(self, tmp_path, selection):
-        """`output_hidden_states` selecting hidden states by index (transformers 5: an index or a list, negative from
+        """`output_hidden_states` (True, or transformers 5's selection by index: an index or a list, negative from
         the end), in the call or in the config, returns what the stock class returns: at identity init, the stock
         hidden states at the selected positions and None at the others. (A stock class that ignores the selection
         and returns every hidden state, as DeBERTa-v2's does, is the reference only at the selected positions.)"""
@@ -812,7 +812,10 @@ class ConformanceSuite:
             for name in compared:
                 stock_states = getattr(expected, name)
                 count = len(stock_states)
-                selected = {i % count for i in ([selection] if isinstance(selection, int) else selection)}
+                if selection is True:
+                    selected = set(range(count))
+                else:
+                    selected = {i % count for i in ([selection] if isinstance(selection, int) else selection)}
                 stock_states = tuple(h if i in selected else None for i, h in enumerate(stock_states))
                 for how, result in results.items():
                     where = f"{zoo_class.__name__} {name}, output_hidden_states={selection!r} from the {how}"

@@ -502,8 +502,10 @@ def select_hidden_states(hidden_states, output_hidden_states):
     """`hidden_states` (every hidden state of a forward, or None) as transformers 5's stock classes return them for
     `output_hidden_states`: all of them for True; for an index or a list of indices (negative ones counted from the
     end), the tensors at those positions and None at the others."""
-    if hidden_states is None or output_hidden_states is None or isinstance(output_hidden_states, bool):
-        return hidden_states
+    if hidden_states is None:
+        return None
+    if output_hidden_states is None or isinstance(output_hidden_states, bool):
+        return tuple(hidden_states)
     selection = [output_hidden_states] if isinstance(output_hidden_states, int) else output_hidden_states
     if not isinstance(selection, (list, tuple)) or not all(
         isinstance(i, int) and not isinstance(i, bool) for i in selection
