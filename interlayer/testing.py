@@ -300,7 +300,11 @@ class ConformanceSuite:
     # -- the transformers contract: outputs API ------------------------------------------------------------------
 
     def test_return_dict_false_gives_the_tuple(self, tmp_path):
-        folder, _ = self._stock(tmp_path)
+        """`return_dict=False`, in the call or in the config, gives a tuple, for the task class and its base model
+        alike: with the mechanism active, the output field first; at identity init, the stock class's tuple (the
+        zoo's tuple starts with the stock tuple's entries; a mechanism's own outputs, such as an auxiliary loss, come
+        after them)."""
+        folder, stock = self._stock(tmp_path)
         model = self._zoo(folder, **self.case.active_options)
         batch = self.case.make_batch()
         with torch.no_grad():
@@ -308,6 +312,18 @@ class ConformanceSuite:
             as_tuple = model(**batch, return_dict=False)
         assert isinstance(as_tuple, tuple)
         torch.testing.assert_close(as_tuple[0], getattr(as_dict, self.case.output_name))
+        options = self._identity_option_sets()[0]
+        for zoo_class, stock in self._task_and_base_pairs(folder, type(stock)):
+            with torch.no_grad():
+                expected = stock(**batch, return_dict=False)
+                for how in ("call", "config"):
+                    if how == "call":
+                        got = self._zoo_like_stock(zoo_class, folder, stock, **options)(**batch, return_dict=False)
+                    else:
+                        got = self._zoo_like_stock(zoo_class, folder, stock, return_dict=False, **options)(**batch)
+                    where = f"{zoo_class.__name__}, return_dict=False from the {how}"
+                    assert isinstance(got, tuple), f"{where}: {type(got).__name__}"
+                    self._assert_same_outputs(got[: len(expected)], expected, where)
 
     def test_hidden_states_from_the_config_and_the_call(self, tmp_path):
         """`output_hidden_states` given in the config or in the call returns as many hidden states as the stock
@@ -850,3 +866,123 @@ class ConformanceSuite:
         shutil.copytree(folder, snapshot)
         _, config = saved_config(convert(str(snapshot), entry.mechanism, entry.task)[0], "from-hub-cache")
         assert config["base_model_name_or_path"] == "hf-org/tiny-stock"
+
+    # -- the transformers contract: output flags in the config as in the call ----------------------------------------
+
+    def _task_and_base_pairs(self, folder, stock_class):
+        """`(zoo class, stock model)` for the case's class and for its base model class, each stock model loaded
+        from the stock checkpoint (the base model by `AutoModel`, as a user loads it)."""
+        from transformers import AutoModel
+
+        from .zoo import ZOO
+
+        config_class = self.case.model_class.config_class
+        base_class = next(e.model_class for e in ZOO if e.config_class is config_class and e.task == "base")
+        return [
+            (self.case.model_class, stock_class.from_pretrained(folder).eval()),
+            (base_class, AutoModel.from_pretrained(folder).eval()),
+        ]
+
+    def _zoo_like_stock(self, zoo_class, folder, stock, **options):
+        """`zoo_class` converted from the stock checkpoint, given every weight of `stock` (also those the checkpoint
+        lacks, such as the pooler of a base model loaded from a classifier's checkpoint)."""
+        zoo = zoo_class.from_pretrained(folder, **options).eval()
+        result = zoo.load_state_dict(stock.state_dict(), strict=False)
+        assert not result.unexpected_keys, f"{zoo_class.__name__} lacks stock weights {result.unexpected_keys}"
+        return zoo
+
+    def _assert_same_outputs(self, got, expected, where):
+        """`got` holds what `expected` holds: equal tensors, tuples of them (None where stock has None), and a cache
+        wherever stock returns one."""
+        from transformers.cache_utils import Cache
+
+        if isinstance(expected, torch.Tensor):
+            assert isinstance(got, torch.Tensor), f"{where}: {type(got).__name__} where stock has a tensor"
+            torch.testing.assert_close(got, expected, msg=lambda m: f"{where}: {m}")
+        elif isinstance(expected, (tuple, list)):
+            assert isinstance(got, type(expected)), f"{where}: {type(got).__name__} where stock has a {type(expected)}"
+            assert len(got) == len(expected), f"{where}: {len(got)} entries where stock has {len(expected)}"
+            for i, (one, stock_one) in enumerate(zip(got, expected)):
+                self._assert_same_outputs(one, stock_one, f"{where}[{i}]")
+        elif isinstance(expected, Cache):
+            assert isinstance(got, Cache), f"{where}: {type(got).__name__} where stock returns a cache"
+        elif expected is None:
+            assert got is None, f"{where}: a {type(got).__name__} where stock has None"
+        else:
+            assert got == expected, f"{where}: {got!r} where stock has {expected!r}"
+
+    @staticmethod
+    def _returned_or_refused(run):
+        """`run()`'s output, or the ValueError it raised (which must name `output_attentions`)."""
+        try:
+            with torch.no_grad():
+                return run()
+        except ValueError as err:
+            assert "output_attentions" in str(err), err
+            return err
+
+    def test_output_attentions_from_the_config_as_from_the_call(self, tmp_path):
+        """`output_attentions=True` in the config does what it does in the call: refused both ways (a ValueError
+        naming `output_attentions`, from the config, the model's construction or the forward pass; the flag set on
+        the config of a built model is refused when it runs, never ignored), or both ways returning the attention
+        weights, at identity init those of the stock model."""
+        folder, stock = self._stock(tmp_path)
+        batch = self.case.make_batch()
+        options = {**self._identity_option_sets()[0], "attn_implementation": "eager"}
+        for zoo_class, stock in self._task_and_base_pairs(folder, type(stock)):
+            stock.set_attn_implementation("eager")
+            model = self._zoo_like_stock(zoo_class, folder, stock, **options)
+            results = {
+                "call": self._returned_or_refused(lambda: model(**batch, output_attentions=True)),
+                "config": self._returned_or_refused(
+                    lambda: self._zoo_like_stock(zoo_class, folder, stock, output_attentions=True, **options)(**batch)
+                ),
+            }
+            refused = {how for how, result in results.items() if isinstance(result, ValueError)}
+            assert refused in (set(), set(results)), f"{zoo_class.__name__}: refused only from the {sorted(refused)}"
+            if refused:
+                model.config.output_attentions = True
+                set_later = self._returned_or_refused(lambda: model(**batch))
+                assert isinstance(set_later, ValueError), f"{zoo_class.__name__}: the config's flag set later ignored"
+                continue
+            with torch.no_grad():
+                expected = stock(**batch, output_attentions=True)
+            names = ("attentions", "encoder_attentions", "decoder_attentions", "cross_attentions")
+            for name in [n for n in names if getattr(expected, n, None)]:  # not GPT-2's empty cross-attentions
+                for how, result in results.items():
+                    where = f"{zoo_class.__name__} {name} from the {how}"
+                    self._assert_same_outputs(getattr(result, name, None), getattr(expected, name), where)
+
+    @pytest.mark.parametrize("selection", [True, [0, 2], -1], ids=["all", "list", "negative_index"])
+    def test_hidden_state_selection_as_stock(self, tmp_path, selection):
+        """`output_hidden_states` (True, or transformers 5's selection by index: an index or a list, negative from
+        the end), in the call or in the config, returns what the stock class returns: at identity init, the stock
+        hidden states at the selected positions and None at the others. (A stock class that ignores the selection
+        and returns every hidden state, as DeBERTa-v2's does, is the reference only at the selected positions.)"""
+        folder, stock = self._stock(tmp_path)
+        batch = self.case.make_batch()
+        options = self._identity_option_sets()[0]
+        for zoo_class, stock in self._task_and_base_pairs(folder, type(stock)):
+            with torch.no_grad():
+                expected = stock(**batch, output_hidden_states=selection)
+                model = self._zoo_like_stock(zoo_class, folder, stock, **options)
+                results = {
+                    "call": model(**batch, output_hidden_states=selection),
+                    "config": self._zoo_like_stock(
+                        zoo_class, folder, stock, output_hidden_states=selection, **options
+                    )(**batch),
+                }
+            names = ("hidden_states", "encoder_hidden_states", "decoder_hidden_states")
+            compared = [n for n in names if getattr(expected, n, None) is not None]
+            assert compared, f"the stock {type(stock).__name__} returned no hidden states"
+            for name in compared:
+                stock_states = getattr(expected, name)
+                count = len(stock_states)
+                if selection is True:
+                    selected = set(range(count))
+                else:
+                    selected = {i % count for i in ([selection] if isinstance(selection, int) else selection)}
+                stock_states = tuple(h if i in selected else None for i, h in enumerate(stock_states))
+                for how, result in results.items():
+                    where = f"{zoo_class.__name__} {name}, output_hidden_states={selection!r} from the {how}"
+                    self._assert_same_outputs(getattr(result, name, None), stock_states, where)

@@ -264,7 +264,10 @@ def test_output_attentions_is_refused(stock_llama):
         model.model(input_ids, output_attentions=True)
     with pytest.raises(ValueError, match=refused):
         model.generate(input_ids, max_new_tokens=2, output_attentions=True, return_dict_in_generate=True)
-    eager = active(stock_llama[0], attn_implementation="eager", output_attentions=True)  # sdpa refuses it itself
+    with pytest.raises(ValueError, match=refused):  # in the config: refused at its creation
+        active(stock_llama[0], attn_implementation="eager", output_attentions=True)
+    eager = active(stock_llama[0], attn_implementation="eager")  # sdpa refuses it itself
+    eager.config.output_attentions = True  # set on the config of a built model: refused when it runs
     with pytest.raises(ValueError, match=refused):
         eager(input_ids)
     assert eager(input_ids, output_attentions=False).attentions is None  # an explicit False wins over the config

@@ -147,6 +147,10 @@ class BridgeFields(ZooConfigFields):
     sep_token_id: int | None = None
     cls_token_id: int | None = None
 
+    no_attention_weights: ClassVar[str] = (
+        "bridged layers return no attention weights; read the bridge's usage with `model.mechanism_stats()`"
+    )
+
     def validate_bridge(self):
         if self.num_hidden_layers < 2:
             raise ValueError(f"`num_hidden_layers` must be >= 2 for cross-layer bridges, got {self.num_hidden_layers}.")

@@ -88,6 +88,12 @@ class LatentFields(ZooConfigFields):
     latent_up_init_gain: float | int = 0.05
     freeze_base: bool = True
 
+    no_attention_weights: ClassVar[str] = (
+        "every token runs through the layers twice (the stock pass, then the latent-applied pass), so there is no "
+        "single set of attention weights to return; read the gates and adjustment ratios with "
+        "`model.mechanism_stats()`"
+    )
+
     def validate_latent(self):
         check_range("latent_dim", self.latent_dim, 1)
         check_choice("latent_source", self.latent_source, LATENT_SOURCES)

@@ -114,6 +114,14 @@ class SentinelConfigMixin:
         self.pruned_heads = canonical_pruned_heads(self.pruned_heads)
 
     @property
+    def no_attention_weights(self) -> str | None:
+        """Why `output_attentions=True` is refused: the decoder stacks record no attention weights (the encoders
+        return the stock ones)."""
+        if self.sentinel_is_encoder:
+            return None
+        return "the gated decoder stack records no attention weights; read the gates with `model.mechanism_stats()`"
+
+    @property
     def num_kv_heads(self) -> int:
         """Key/value heads of an unpruned layer (the query heads for multi-head attention)."""
         return getattr(self, "num_key_value_heads", None) or self.num_attention_heads

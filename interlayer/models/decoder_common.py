@@ -35,7 +35,7 @@ from transformers.models.phi3 import modeling_phi3 as phi3
 from transformers.models.qwen2 import modeling_qwen2 as qwen2
 from transformers.models.qwen3 import modeling_qwen3 as qwen3
 
-from .zoo_common import CACHE_NAME, ZooModelMixin, register_for_auto_classes, take_cache
+from .zoo_common import CACHE_NAME, ZooModelMixin, register_for_auto_classes, returns_dict_to_its_head, take_cache
 
 
 @dataclasses.dataclass(frozen=True)
@@ -386,6 +386,7 @@ class CausalLMMixin(FreezeBaseMixin):
     def __init__(self, config):
         PreTrainedModel.__init__(self, config)
         setattr(self, self.base_model_prefix, self.base_class(config))  # `model`, GPT-2's `transformer`
+        returns_dict_to_its_head(self.base_model)
         self.vocab_size = config.vocab_size
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()

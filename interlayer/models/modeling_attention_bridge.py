@@ -64,7 +64,7 @@ from .configuration_attention_bridge import (
     MBartAttentionBridgeConfig,
     T5AttentionBridgeConfig,
 )
-from .zoo_common import StatsAccumulator, ZooModelMixin, register_for_auto_classes
+from .zoo_common import StatsAccumulator, ZooModelMixin, register_for_auto_classes, returns_dict_to_its_head
 
 
 class BridgeLinear(nn.Linear):
@@ -337,13 +337,18 @@ class AttentionBridgeEncoderMixin(AttentionBridgeInitMixin):
         super().__init__(config)
         self.bridge = AttentionBridge(config)
 
-    def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, tgt_lang=None, **kwargs):
-        """As the stock encoder, then the bridge (`tgt_lang`, for the decoders, is ignored here)."""
+    def forward(
+        self, input_ids=None, attention_mask=None, inputs_embeds=None, tgt_lang=None, return_dict=None, **kwargs
+    ):
+        """As the stock encoder, then the bridge (`tgt_lang`, for the decoders, is ignored here). Returns its output
+        class unless the call asks for a tuple (the model that runs it reads the output by field name, whatever
+        `config.return_dict` says)."""
         kwargs["return_dict"] = True
         out = super().forward(input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs)
         keep = attention_mask.bool() if attention_mask is not None and attention_mask.dim() == 2 else None
         memory, _ = self.bridge(out.last_hidden_state, keep)
-        return BaseModelOutput(last_hidden_state=memory, hidden_states=out.hidden_states, attentions=out.attentions)
+        output = BaseModelOutput(last_hidden_state=memory, hidden_states=out.hidden_states, attentions=out.attentions)
+        return output.to_tuple() if return_dict is False else output
 
 
 class AttentionBridgeDecoderMixin:
@@ -386,9 +391,11 @@ class AttentionBridgeDecoderMixin:
         return self if tgt_lang == languages[0] else self.__dict__["_language_decoders"][tgt_lang]
 
     def forward(self, *args, encoder_attention_mask=None, tgt_lang=None, **kwargs):
-        """As the stock decoder, run by the decoder of `tgt_lang`."""
+        """As the stock decoder, run by the decoder of `tgt_lang`; it returns its output class unless the call asks
+        for a tuple (the model that runs it reads the output by field name, whatever `config.return_dict` says)."""
         if self.config.bridge_is_fixed_length:
             encoder_attention_mask = None
+        kwargs.setdefault("return_dict", True)
         decoder = self.decoder_for(tgt_lang) if "_language_decoders" in self.__dict__ else self
         if decoder is not self:
             return decoder(*args, encoder_attention_mask=encoder_attention_mask, **kwargs)
@@ -510,6 +517,7 @@ class AttentionBridgeLMMixin(AttentionBridgePreTrainedMixin):
         super().__init__(config)  # the stock LM
         if self.base_class is not None:
             self.model = self.base_class(config)
+            returns_dict_to_its_head(self.model)
             self._tied_weights_keys = {
                 **(self._tied_weights_keys or {}),
                 **language_ties(config, self.model, prefix="model."),

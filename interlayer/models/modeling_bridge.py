@@ -95,7 +95,14 @@ from .configuration_bridge import (
     RobertaBridgeConfig,
     XLMRobertaBridgeConfig,
 )
-from .zoo_common import StatsAccumulator, ZooModelMixin, register_for_auto_classes, register_scalar_parameters
+from .zoo_common import (
+    StatsAccumulator,
+    ZooModelMixin,
+    refuse_output_attentions,
+    register_for_auto_classes,
+    register_scalar_parameters,
+    select_hidden_states,
+)
 
 
 def pool_tokens(hidden: torch.Tensor, token_mask: torch.Tensor, mode: str) -> torch.Tensor:
@@ -851,6 +858,7 @@ class BridgeModelMixin(BridgePreTrainedMixin):
             allowed = allowed & ~special[:, None, :]
         return allowed
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -859,16 +867,11 @@ class BridgeModelMixin(BridgePreTrainedMixin):
         position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         **kwargs,
     ) -> BridgeModelOutput:
         if (input_ids is None) ^ (inputs_embeds is not None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
-        if kwargs.get("output_attentions") or self.config.output_attentions:
-            raise ValueError(
-                "`output_attentions=True` is not supported by bridged models; read the bridge's usage with "
-                "`model.mechanism_stats()` instead."
-            )
+        refuse_output_attentions(self, kwargs)
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
         embedding_output = self.embed(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
@@ -883,13 +886,12 @@ class BridgeModelMixin(BridgePreTrainedMixin):
             embedding_output, attention_mask, position_ids, token_mask, allowed_pairs, output_hidden_states
         )
         pooler = getattr(self, "pooler", None)
-        output = BridgeModelOutput(
+        return BridgeModelOutput(
             last_hidden_state=sequence_output,
             pooler_output=pooler(sequence_output) if pooler is not None else None,
-            hidden_states=all_hidden,
+            hidden_states=select_hidden_states(all_hidden, output_hidden_states),
             bridge_aux_loss=aux_loss,
         )
-        return output if return_dict is not False else output.to_tuple()
 
 
 def classification_loss(labels, logits, config, label_smoothing: float = 0.0):
@@ -1144,7 +1146,10 @@ class ModernBertBridgeModel(BridgeStackMixin, BridgeModelMixin, ModernBertModel)
         hidden, all_hidden, aux_loss = self.bridged_forward(
             self.layers, embedding_output, inputs, token_mask, allowed_pairs, output_hidden_states
         )
-        return self.final_norm(hidden), all_hidden, aux_loss
+        hidden = self.final_norm(hidden)
+        if all_hidden is not None:  # the stock model's last hidden state is the normed one
+            all_hidden = (*all_hidden[:-1], hidden)
+        return hidden, all_hidden, aux_loss
 
 
 class BertBridgeForSequenceClassification(BridgeForSequenceClassificationMixin, BertPreTrainedModel):

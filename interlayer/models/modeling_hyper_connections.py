@@ -66,7 +66,7 @@ from .decoder_common import (
     FreezeBaseMixin,
     family_classes,
 )
-from .zoo_common import StatsAccumulator
+from .zoo_common import StatsAccumulator, select_hidden_states
 
 COEFFICIENT_EPS = 1e-6
 MHC_EPS = 1e-6  # DeepSeek-V4's hc_eps: added to its read-in and softmax, and to every normalisation's denominator
@@ -742,7 +742,7 @@ class HCModelMixin(HCPreTrainedMixin, DecoderStackMixin):
         return self.family.output_class(
             last_hidden_state=hidden_states,
             past_key_values=past_key_values,
-            hidden_states=tuple(all_hidden) if all_hidden is not None else None,
+            hidden_states=select_hidden_states(all_hidden, output_hidden_states),
         )
 
     def _run_layers(

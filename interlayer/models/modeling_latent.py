@@ -61,7 +61,12 @@ from .decoder_common import (
     FreezeBaseMixin,
     family_classes,
 )
-from .zoo_common import StatsAccumulator, register_scalar_parameters
+from .zoo_common import (
+    StatsAccumulator,
+    refuse_output_attentions,
+    register_scalar_parameters,
+    select_hidden_states,
+)
 
 
 class LatentCache(DynamicCache):
@@ -284,16 +289,7 @@ class LatentModelMixin(LatentPreTrainedMixin, DecoderStackMixin):
         **kwargs,
     ) -> BaseModelOutputWithPast:
         """As the stock model; `hidden_states` (when asked for) are those of the latent-applied pass."""
-        output_attentions = kwargs.get("output_attentions")
-        if output_attentions is None:
-            output_attentions = self.config.output_attentions
-        if output_attentions:
-            raise ValueError(
-                f"`output_attentions={output_attentions!r}` is not supported by latent back-projection models: every "
-                "token runs through the layers twice (the stock pass, then the latent-applied pass), so there is no "
-                "single set of attention weights to return. Leave `output_attentions` False (in the call and the "
-                "config); read the gates and adjustment ratios with `model.mechanism_stats()`."
-            )
+        refuse_output_attentions(self, kwargs)
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
         inputs_embeds, cache, position_ids, masks, position_embeddings = self.prepare_inputs(
@@ -329,7 +325,7 @@ class LatentModelMixin(LatentPreTrainedMixin, DecoderStackMixin):
         return self.family.output_class(
             last_hidden_state=hidden_states,
             past_key_values=cache if use_cache else None,
-            hidden_states=tuple(run.hidden) if run.hidden is not None else None,
+            hidden_states=select_hidden_states(run.hidden, output_hidden_states),
         )
 
 

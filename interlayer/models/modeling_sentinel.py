@@ -81,7 +81,14 @@ from .configuration_sentinel import (
     RobertaSentinelConfig,
 )
 from .decoder_common import LLAMA, QWEN2, QWEN3, CausalLMMixin, DecoderStackMixin, family_classes
-from .zoo_common import CACHE_NAME, ZooModelMixin, register_for_auto_classes, take_cache
+from .zoo_common import (
+    CACHE_NAME,
+    ZooModelMixin,
+    refuse_output_attentions,
+    register_for_auto_classes,
+    select_hidden_states,
+    take_cache,
+)
 
 
 @dataclass(frozen=True)
@@ -683,6 +690,7 @@ class SentinelLMHeadMixin:
             inputs_embeds=inputs_embeds,
             use_cache=use_cache,
             output_hidden_states=output_hidden_states,
+            return_dict=True,
             **kwargs,
         )
         hidden_states = outputs.last_hidden_state
@@ -748,8 +756,7 @@ class GPT2SentinelModel(GPT2SentinelPreTrainedMixin, GPT2Model):
         past_key_values = take_cache(past_key_values, kwargs)
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
-        if kwargs.pop("output_attentions", None):
-            raise ValueError("`output_attentions=True` is not supported; gate statistics come from mechanism_stats().")
+        refuse_output_attentions(self, kwargs)
         use_cache = self.config.use_cache if use_cache is None else use_cache
         if self.gradient_checkpointing and self.training:
             use_cache = False
@@ -792,7 +799,7 @@ class GPT2SentinelModel(GPT2SentinelPreTrainedMixin, GPT2Model):
             all_hidden = all_hidden[:-1] + (hidden_states,)
         return BaseModelOutputWithPast(
             last_hidden_state=hidden_states,
-            hidden_states=all_hidden,
+            hidden_states=select_hidden_states(all_hidden, output_hidden_states),
             **{CACHE_NAME: past_key_values if use_cache else None},
         )
 
@@ -855,7 +862,7 @@ class DecoderSentinelModelMixin(DecoderSentinelPreTrainedMixin, DecoderStackMixi
     """A Llama-family decoder with sentinel-gated attention and optional U-Net skips; stock embeddings, layers,
     norm and rotary embedding."""
 
-    records_attentions = False  # `output_attentions` is refused: gate statistics come from mechanism_stats()
+    records_attentions = False  # `output_attentions` is refused (the config's `no_attention_weights`)
 
     @can_return_tuple
     def forward(
@@ -871,8 +878,7 @@ class DecoderSentinelModelMixin(DecoderSentinelPreTrainedMixin, DecoderStackMixi
     ) -> BaseModelOutputWithPast:
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
-        if kwargs.pop("output_attentions", None):
-            raise ValueError("`output_attentions=True` is not supported; gate statistics come from mechanism_stats().")
+        refuse_output_attentions(self, kwargs)
         use_cache = self.config.use_cache if use_cache is None else use_cache
         if self.gradient_checkpointing and self.training:
             use_cache = False
@@ -902,7 +908,7 @@ class DecoderSentinelModelMixin(DecoderSentinelPreTrainedMixin, DecoderStackMixi
             all_hidden = all_hidden[:-1] + (hidden_states,)
         return BaseModelOutputWithPast(
             last_hidden_state=hidden_states,
-            hidden_states=all_hidden,
+            hidden_states=select_hidden_states(all_hidden, output_hidden_states),
             **{CACHE_NAME: cache if use_cache else None},
         )
 

@@ -179,6 +179,9 @@ class ZooConfigFields:
     # mean: either is refused with a value other than the saved one. A mechanism extends both sets.
     reload_options: ClassVar[frozenset[str]] = frozenset({"base_model_name_or_path"})
     init_options: ClassVar[frozenset[str]] = frozenset({"identity_init"})
+    # why the mechanism's models return no attention weights (`output_attentions=True` is then refused, at config
+    # creation and at run time); None where they return the stock attention weights
+    no_attention_weights: ClassVar[str | None] = None
 
 
 STOCK_SOURCE = "<stock checkpoint>"  # replaced by the checkpoint's path or id once `from_pretrained` knows it
@@ -269,6 +272,16 @@ class ZooConfigMixin:
         """A keyword no field takes is kept by transformers as a plain attribute and saved into `config.json`; one
         that looks like a misspelt mechanism option is refused instead, so a typo never runs with the default."""
         refuse_misspelt_options(type(self), vars(self))
+
+    def validate_output_attentions(self):
+        """`output_attentions=True` is refused at config creation where the models return no attention weights
+        (`no_attention_weights`); otherwise it needs eager attention, as for the stock config."""
+        if self.output_attentions and self.no_attention_weights:
+            raise ValueError(
+                f"`output_attentions=True` is not supported by {type(self).__name__}: {self.no_attention_weights}. "
+                "Leave `output_attentions` False."
+            )
+        super().validate_output_attentions()
 
     def validate_finite_numbers(self):
         """Every numeric mechanism option is finite: NaN or an infinity would only surface as NaN outputs later."""
@@ -507,6 +520,54 @@ class ZooModelMixin:
         if int(os.environ.get("LOCAL_RANK", "0")) == 0:
             write_model_card(self, save_directory)
         return result
+
+
+def refuse_output_attentions(model, kwargs: dict) -> None:
+    """Refuse `output_attentions=True` for a model that returns no attention weights (its config's
+    `no_attention_weights` says why), from the call (`kwargs`, out of which it is taken) or, when the call does not
+    say, from the config: a flag set on the config after its creation is refused here, never ignored."""
+    value = kwargs.pop("output_attentions", None)
+    if value is None:
+        value = model.config.output_attentions
+    if value:
+        raise ValueError(
+            f"`output_attentions={value!r}` is not supported by {type(model).__name__}: "
+            f"{model.config.no_attention_weights}. Leave `output_attentions` False, in the call and in the config."
+        )
+
+
+def select_hidden_states(hidden_states, output_hidden_states):
+    """`hidden_states` (every hidden state of a forward, or None) as transformers 5's stock classes return them for
+    `output_hidden_states`: all of them for True; for an index or a list of indices (negative ones counted from the
+    end), the tensors at those positions and None at the others."""
+    if hidden_states is None:
+        return None
+    if output_hidden_states is None or isinstance(output_hidden_states, bool):
+        return tuple(hidden_states)
+    selection = [output_hidden_states] if isinstance(output_hidden_states, int) else output_hidden_states
+    if not isinstance(selection, (list, tuple)) or not all(
+        isinstance(i, int) and not isinstance(i, bool) for i in selection
+    ):
+        raise ValueError(
+            "`output_hidden_states` takes True or False, or an index or a list of indices of the hidden states to "
+            f"return; got {output_hidden_states!r}."
+        )
+    count = len(hidden_states)
+    selected = {i % count for i in selection if -count <= i < count}
+    return tuple(state if i in selected else None for i, state in enumerate(hidden_states))
+
+
+def _return_dict_unless_asked(module, args, kwargs):
+    kwargs.setdefault("return_dict", True)
+    return args, kwargs
+
+
+def returns_dict_to_its_head(base_model: nn.Module) -> None:
+    """Make the base model inside a task head return its output class unless the call asks for a tuple. The stock
+    heads read their base model's output by field name and call it without `return_dict`, so `return_dict=False` in
+    the config, which the two share, hands them a tuple (the stock classes of transformers 5 fail there); the head
+    itself still gives the tuple the call or the config asks for."""
+    base_model.register_forward_pre_hook(_return_dict_unless_asked, with_kwargs=True)
 
 
 def register_for_auto_classes(config_class, **model_classes) -> None:
