@@ -264,7 +264,9 @@ class ZooConfigMixin:
         """The stock serialisation, with `base_model_name_or_path` as the source's Hub id (None for a local folder),
         so that `config.json` and anything else written from it never carries a local path."""
         output = super().to_dict()
-        if "base_model_name_or_path" in output:
+        # the Hub-id check reads the filesystem, which a compiled forward cannot trace (a cache built inside one reads
+        # the config through `to_dict`); nothing is saved from inside a compiled forward
+        if "base_model_name_or_path" in output and not torch.compiler.is_compiling():
             output["base_model_name_or_path"] = hub_id(output["base_model_name_or_path"])
         return output
 
