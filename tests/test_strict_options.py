@@ -4,6 +4,7 @@ naming the field, and saving never loses a model already on disk."""
 import dataclasses
 import json
 import os
+import shutil
 
 import pytest
 import torch
@@ -167,7 +168,7 @@ def test_save_warns_but_succeeds_when_the_old_folder_cannot_be_removed(tmp_path,
     first, second = _two_models(tmp_path)
     out = str(tmp_path / "model")
     save_atomically(first, out)
-    real_rmtree = zoo.shutil.rmtree
+    real_rmtree = shutil.rmtree
     _, old = staging_folders(out)
 
     def stubborn_rmtree(path, ignore_errors=False, **kwargs):
@@ -177,10 +178,10 @@ def test_save_warns_but_succeeds_when_the_old_folder_cannot_be_removed(tmp_path,
             return
         real_rmtree(path, ignore_errors=ignore_errors, **kwargs)
 
-    monkeypatch.setattr(zoo.shutil, "rmtree", stubborn_rmtree)
+    monkeypatch.setattr(shutil, "rmtree", stubborn_rmtree)
     with pytest.warns(UserWarning, match="could not be removed"):
         save_atomically(second, out, overwrite=True)
-    monkeypatch.setattr(zoo.shutil, "rmtree", real_rmtree)
+    monkeypatch.setattr(shutil, "rmtree", real_rmtree)
     torch.testing.assert_close(_saved_weight(out), _saved_weight(str(tmp_path / "stock")) + 1.0)
 
 
