@@ -303,7 +303,7 @@ def save_atomically(
     def write(staging):
         save = getattr(model, "save_unstaged", None)
         if save is not None:
-            save(staging, card_name=output_dir)
+            save(staging, card_name=os.path.basename(output_dir))
         else:
             model.save_pretrained(staging)
         if tokenizer is not None:

@@ -65,7 +65,9 @@ def _kill_at_random_moments(model, base, out, save, seed):
         time.sleep(rng.uniform(0.02, 0.4))
         os.kill(child.pid, signal.SIGKILL)
         child.join()
-        if not os.path.exists(out):  # killed between the swap's two renames: the next save (or this) finishes it
+        if not os.path.exists(out):  # killed between the swap's two renames: refused, and the next save finishes it
+            with pytest.raises(OSError, match="interrupted"):
+                LlamaLatentForCausalLM.from_pretrained(out)
             recover_interrupted_save(out)
         found.append(_saved_version(out, base))
     return found
@@ -154,7 +156,8 @@ def test_a_save_killed_during_the_swap_is_undone_or_finished(tmp_path, moment, e
     new, _ = staging_folders(out)
     if moment == "between the two renames":
         _save_killed_at(model, out, lambda src, dst: src == new)
-        assert not os.path.exists(out)
+        with pytest.raises(OSError, match="interrupted while swapping it into place.*recover_interrupted_save"):
+            LlamaLatentForCausalLM.from_pretrained(out)
     else:
         _save_killed_at(model, out, lambda src, dst: dst == os.path.join(new, "tokenizer.json"))
         assert os.path.exists(os.path.join(new, "notes.txt")) and not os.path.exists(os.path.join(out, "notes.txt"))
@@ -163,3 +166,17 @@ def test_a_save_killed_during_the_swap_is_undone_or_finished(tmp_path, moment, e
     assert (tmp_path / "model" / "notes.txt").read_text() == "mine"
     assert (tmp_path / "model" / "tokenizer.json").read_text() == "{}"
     assert not [n for n in os.listdir(tmp_path) if n.startswith(".model.")]
+
+
+def test_a_folder_that_cannot_be_staged_is_saved_in_place_with_a_warning(tmp_path, monkeypatch, caplog):
+    """Saving into the working directory (which a swap would rename away from under the process) writes in place, as
+    transformers does, and says that such a save is not safe against interruption."""
+    model, _ = _versions(tmp_path)
+    (tmp_path / "here").mkdir()
+    (tmp_path / "here" / "notes.txt").write_text("mine")
+    monkeypatch.chdir(tmp_path / "here")
+    model.save_pretrained(".")
+    assert os.path.samefile(os.getcwd(), tmp_path / "here") and (tmp_path / "here" / "config.json").exists()
+    assert (tmp_path / "here" / "notes.txt").read_text() == "mine"
+    assert "saving in place" in caplog.text
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".here.")]

@@ -353,7 +353,16 @@ class ZooModelMixin:
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
         """The stock `from_pretrained`, then the mechanism's `finish_loading`. Loading a stock checkpoint (a
         conversion) also remembers the parameters' state, so that the model card can say whether the saved model is
-        still the untrained conversion."""
+        still the untrained conversion. A folder missing because a save into it was cut between its two renames is
+        refused with what to do."""
+        if isinstance(pretrained_model_name_or_path, (str, os.PathLike)):
+            path = os.fspath(pretrained_model_name_or_path)
+            if not os.path.exists(path) and any(os.path.isdir(f) for f in staging_folders(path)):
+                raise OSError(
+                    f"{path} is missing: a save into it was interrupted while swapping it into place (the model is in "
+                    f"{' or '.join(staging_folders(path))}). Save into it again, or run "
+                    f"`interlayer.zoo.recover_interrupted_save({path!r})`, which puts the complete model back."
+                )
         return cls._load(pretrained_model_name_or_path, pretrained_model_name_or_path, *args, **kwargs)
 
     @classmethod
@@ -486,28 +495,35 @@ class ZooModelMixin:
         Auto class loads the folder with `trust_remote_code=True`. Everything is written into a hidden folder beside
         `save_directory` that then takes its place (`swap_into_place`), so a save killed at any moment leaves the
         previous model or the new one, never a mix of their weight shards. What else the folder holds (a Trainer's
-        checkpoints and logs, a tokenizer) is kept; the previous model's weight files are not. A save that cannot
-        stage beside the folder (a mount point, a parent folder without write access), a process that does not write
-        (`is_main_process=False`, a rank other than 0) and a distributed or tensor-parallel checkpoint write in place,
-        as transformers does."""
+        checkpoints and logs, a tokenizer) is kept; the previous model's weight files are not. A folder that cannot be
+        staged beside (`can_stage_beside`: a mount point, the working directory, a parent without write access) is
+        written in place with a warning; a process that does not write (`is_main_process=False`, a rank other than
+        0) and a distributed or tensor-parallel checkpoint write in place, as transformers does."""
         self.config.auto_map = {**(getattr(self.config, "auto_map", None) or {}), **self._sibling_auto_map()}
         save_directory = os.fspath(save_directory)
         if kwargs.get("push_to_hub"):  # the Hub repository is named after the folder, not after its staging name
             kwargs.setdefault("repo_id", os.path.basename(os.path.abspath(save_directory)))
-        if not self._saves_staged(save_directory, kwargs):
+        if not self._writes_alone(kwargs):
             return self.save_unstaged(save_directory, *args, **kwargs)
-        results = []
+        if not can_stage_beside(save_directory):
+            logger.warning(
+                f"{save_directory} cannot be saved through a folder beside it (a mount point, the working directory "
+                "or a folder above it, a parent without write access, or not a POSIX system): saving in place, as "
+                "transformers does; a save interrupted there can leave a folder that mixes two models."
+            )
+            return self.save_unstaged(save_directory, *args, **kwargs)
+        results, folder_name = [], os.path.basename(os.path.realpath(save_directory))
         swap_into_place(
             save_directory,
-            lambda staging: results.append(self.save_unstaged(staging, *args, card_name=save_directory, **kwargs)),
+            lambda staging: results.append(self.save_unstaged(staging, *args, card_name=folder_name, **kwargs)),
             keep=lambda name: not is_weights_file(name),
         )
         return results[0]
 
     def save_unstaged(self, save_directory, *args, card_name=None, **kwargs):
         """`save_pretrained` written straight into `save_directory` (no staging folder), then the model card, whose
-        usage snippet names `card_name` (default: the folder itself). For writers that stage the folder themselves
-        (`interlayer.zoo.save_atomically`)."""
+        usage snippet loads `card_name` (the final folder's name; default: `save_directory`'s). For writers that stage
+        the folder themselves (`interlayer.zoo.save_atomically`)."""
         untrained = self.is_untrained_conversion(kwargs.get("state_dict"))  # before transformers empties the dict
         result = super().save_pretrained(save_directory, *args, **kwargs)
         if int(os.environ.get("LOCAL_RANK", "0")) == 0 and self.should_save_on_this_rank(
@@ -516,15 +532,16 @@ class ZooModelMixin:
             write_model_card(self, save_directory, card_name, untrained=untrained)
         return result
 
-    def _saves_staged(self, save_directory: str, kwargs: dict) -> bool:
-        writes_alone = (
+    def _writes_alone(self, kwargs: dict) -> bool:
+        """Whether this process alone writes the folder (the main process, not a distributed or tensor-parallel
+        checkpoint, which every rank writes into), so that it can stage it."""
+        return (
             self.should_save_on_this_rank(kwargs.get("is_main_process", True))
             and int(os.environ.get("LOCAL_RANK", "0")) == 0
             and not kwargs.get("distributed_checkpoint")
             and getattr(self, "_tp_size", None) is None
             and not getattr(self, "is_distributed_loading_by_transformers", False)
         )
-        return writes_alone and can_stage_beside(save_directory)
 
     def _upload_modified_files(self, working_dir, repo_id, *args, **kwargs):
         """Before `push_to_hub` (or `save_pretrained(push_to_hub=True)`) uploads the folder, put this model's card back
@@ -551,8 +568,8 @@ def _yaml_value(value) -> str:
 def write_model_card(model, save_directory, name=None, untrained: bool | None = None) -> str:
     """Write README.md (YAML metadata + what the mechanism is and its settings) into `save_directory`.
 
-    `name` is what the usage snippet loads (the final folder or the Hub repository; default `save_directory`'s own
-    name). `untrained` says whether the weights saved are still the untrained conversion (default: the model's
+    `name` is what the usage snippet loads (the final folder's name or the Hub repository; default `save_directory`'s
+    own name). `untrained` says whether the weights saved are still the untrained conversion (default: the model's
     parameters, `is_untrained_conversion()`). `model.card_data` (a dict, optional) adds `license` (a Hub license
     id, such as `"apache-2.0"`; by default the stock checkpoint's, read from its model card when it has one),
     `datasets`, `metrics` (name -> value), free `notes`, and `base_model` (a Hub id, for a model converted from a
@@ -610,8 +627,8 @@ def write_model_card(model, save_directory, name=None, untrained: bool | None = 
         ]
     if extra.get("notes"):
         lines += ["", str(extra["notes"])]
-    if name is None or os.path.isabs(str(name)) or os.path.exists(str(name)):
-        name = os.path.basename(os.path.abspath(str(name if name is not None else save_directory)))
+    if name is None:
+        name = os.path.basename(os.path.abspath(str(save_directory)))
     auto_class = auto_class_name(model)
     lines += [
         "",
@@ -726,12 +743,15 @@ def staging_folders(output_dir) -> tuple[str, str]:
 def can_stage_beside(output_dir) -> bool:
     """Whether a save into `output_dir` can be staged beside it: on a POSIX system (where a folder with open files,
     such as a Trainer's TensorBoard logs, can be renamed, and a rename replaces an empty folder), when it is not a
-    mount point (which cannot be renamed) and its parent (or the nearest folder above that exists) can be written."""
+    mount point (which cannot be renamed), nor the working directory or a folder above it, and its parent (or the
+    nearest folder above that exists) can be written."""
     target = os.path.realpath(os.fspath(output_dir))
     parent = os.path.dirname(target)
     while not os.path.isdir(parent) and os.path.dirname(parent) != parent:
         parent = os.path.dirname(parent)
-    return os.name == "posix" and not os.path.ismount(target) and os.access(parent, os.W_OK)
+    cwd = os.path.realpath(os.getcwd())
+    holds_cwd = cwd == target or cwd.startswith(target + os.sep)  # renamed away, it would leave the process nowhere
+    return os.name == "posix" and not os.path.ismount(target) and not holds_cwd and os.access(parent, os.W_OK)
 
 
 def _remove(path: str) -> None:
@@ -786,6 +806,8 @@ def swap_into_place(output_dir, write, keep=None) -> str:
     carried: list[str] = []
     try:
         write(new)
+        if os.path.isdir(output_dir):
+            shutil.copymode(output_dir, new)  # the folder keeps its permissions (a group-writable shared folder)
         if keep is not None and os.path.isdir(output_dir):
             present = set(os.listdir(new))
             carried = sorted(n for n in os.listdir(output_dir) if n not in present and keep(n))
