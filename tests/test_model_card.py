@@ -150,6 +150,12 @@ def test_untrained_is_decided_from_the_values_not_from_the_optimizer(tmp_path):
     assert model.is_untrained_conversion()
     model = peft.get_peft_model(model, peft.LoraConfig(target_modules=["q_proj"], r=2)).merge_and_unload()
     assert model.is_untrained_conversion()
+    torch.compile(model, backend="eager").save_pretrained(tmp_path / "compiled")  # the wrapper saves the model
+    assert "untrained conversion" in (tmp_path / "compiled" / "README.md").read_text()
+    gathered = {name: tensor.clone() for name, tensor in model.state_dict().items()}  # as FSDP gathers it to save
+    assert model.is_untrained_conversion(gathered)
+    gathered["model.norm.weight"] = gathered["model.norm.weight"] * 2
+    assert not model.is_untrained_conversion(gathered)
     with torch.no_grad():
         model.model.layers[0].self_attn.q_proj.weight.data[0, 0] += 1e-3  # .data: no version counter involved
     assert not model.is_untrained_conversion()
