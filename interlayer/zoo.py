@@ -18,6 +18,7 @@ from .models import (
     modeling_sentinel,
 )
 from .models.zoo_common import (
+    can_stage_beside,
     check_choice,
     check_option_names,
     field_defaults,
@@ -25,6 +26,7 @@ from .models.zoo_common import (
     recover_interrupted_save,
     staging_folders,  # noqa: F401  (the zoo's name for it: interlayer.zoo.staging_folders)
     swap_into_place,
+    warn_saving_in_place,
 )
 
 # the zoo's mechanisms and the modeling file of each; a model class joins the zoo by being registered for an Auto class
@@ -294,8 +296,8 @@ def save_atomically(
 
     Unlike a plain `save_pretrained` (safe as well, and which keeps every file of the folder but the old weights),
     this replaces the whole folder except the entries `keep(name) -> bool` names (a Trainer's `checkpoint-*` folders
-    and `trainer_state.json`: `keep=is_trainer_output`), which survive the swap. The card's usage snippet names
-    `output_dir`."""
+    and `trainer_state.json`: `keep=is_trainer_output`), which survive the swap. The card's usage snippet loads the
+    folder by its name. A folder that cannot be staged (`can_stage_beside`) is written in place, with a warning."""
     output_dir = os.path.realpath(output_dir)
     prepare_output_dir(output_dir, overwrite)
     os.makedirs(os.path.dirname(output_dir), exist_ok=True)
@@ -311,6 +313,10 @@ def save_atomically(
         elif tokenizer_source is not None:
             save_tokenizer(tokenizer_source, staging)
 
+    if not can_stage_beside(output_dir):
+        warn_saving_in_place(output_dir)
+        write(output_dir)
+        return output_dir
     return swap_into_place(output_dir, write, keep=keep)
 
 

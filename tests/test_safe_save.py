@@ -14,6 +14,7 @@ from hc_fixtures import build_stock_llama
 
 from interlayer import LlamaLatentForCausalLM
 from interlayer.models.zoo_common import is_weights_file, recover_interrupted_save, staging_folders
+from interlayer.zoo import save_atomically
 
 SHARD = "40KB"  # the tiny model's weights (~170 KB) in several shards
 KILLS = 10
@@ -179,4 +180,6 @@ def test_a_folder_that_cannot_be_staged_is_saved_in_place_with_a_warning(tmp_pat
     assert os.path.samefile(os.getcwd(), tmp_path / "here") and (tmp_path / "here" / "config.json").exists()
     assert (tmp_path / "here" / "notes.txt").read_text() == "mine"
     assert "saving in place" in caplog.text
+    save_atomically(model, ".", overwrite=True)  # the converter's save (interlayer convert SRC .) alike
+    assert os.path.samefile(os.getcwd(), tmp_path / "here") and (tmp_path / "here" / "notes.txt").exists()
     assert not [n for n in os.listdir(tmp_path) if n.startswith(".here.")]

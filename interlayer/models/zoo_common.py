@@ -506,11 +506,7 @@ class ZooModelMixin:
         if not self._writes_alone(kwargs):
             return self.save_unstaged(save_directory, *args, **kwargs)
         if not can_stage_beside(save_directory):
-            logger.warning(
-                f"{save_directory} cannot be saved through a folder beside it (a mount point, the working directory "
-                "or a folder above it, a parent without write access, or not a POSIX system): saving in place, as "
-                "transformers does; a save interrupted there can leave a folder that mixes two models."
-            )
+            warn_saving_in_place(save_directory)
             return self.save_unstaged(save_directory, *args, **kwargs)
         results, folder_name = [], os.path.basename(os.path.realpath(save_directory))
         swap_into_place(
@@ -752,6 +748,14 @@ def can_stage_beside(output_dir) -> bool:
     cwd = os.path.realpath(os.getcwd())
     holds_cwd = cwd == target or cwd.startswith(target + os.sep)  # renamed away, it would leave the process nowhere
     return os.name == "posix" and not os.path.ismount(target) and not holds_cwd and os.access(parent, os.W_OK)
+
+
+def warn_saving_in_place(output_dir) -> None:
+    logger.warning(
+        f"{output_dir} cannot be saved through a folder beside it (a mount point, the working directory or a folder "
+        "above it, a parent without write access, or not a POSIX system): saving in place, as transformers does; a "
+        "save interrupted there can leave a folder that mixes two models."
+    )
 
 
 def _remove(path: str) -> None:
