@@ -699,8 +699,9 @@ _CHECKSUM_CHUNK = 1 << 24  # elements hashed at a time: bounds the float32 copy 
 def tensor_checksum(tensor: torch.Tensor) -> str:
     """An exact checksum of a tensor's values: SHA-1 of their bytes as float32 (float64 stays float64, other dtypes
     as they are), so that equal values give equal checksums in any float dtype that holds them exactly (a bf16
-    model cast to fp32 keeps its checksums) and any changed value changes it. Hashed in chunks on the CPU (SHA-1
-    runs at memory speed there); a sharded tensor (FSDP's DTensor) is hashed by its local shard."""
+    model cast to fp32 keeps its checksums) and any changed value changes it. Hashed in chunks on the CPU (about a
+    second per GB); a sharded tensor (FSDP's DTensor) is hashed by its local shard, which never matches the whole
+    tensor recorded at conversion (so a sharded model is never called untrained: the card then claims nothing)."""
     to_local = getattr(tensor, "to_local", None)
     flat = (to_local() if to_local is not None else tensor).detach().reshape(-1)
     digest = hashlib.sha1(usedforsecurity=False)
