@@ -34,8 +34,18 @@ def _set_version(model, base, k):
             p.copy_(base[name] + k)
 
 
+def _in_child():
+    """A forked child that will be SIGKILLed must not touch tqdm: its lock is a semaphore shared with the parent, and
+    a child killed while holding it (drawing "Writing model shards") would leave the parent's next progress bar
+    waiting for ever."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+
 def _saves_forever(model, base, out, save):
     """The child process: save versions 1, 2, 3... into `out` until killed."""
+    _in_child()
     k = 0
     while True:
         k += 1
@@ -65,7 +75,7 @@ def _kill_at_random_moments(model, base, out, save, seed):
         child.start()
         time.sleep(rng.uniform(0.02, 0.4))
         os.kill(child.pid, signal.SIGKILL)
-        child.join()
+        child.join(timeout=120)
         if not os.path.exists(out):  # killed between the swap's two renames: refused, and the next save finishes it
             with pytest.raises(OSError, match="interrupted"):
                 LlamaLatentForCausalLM.from_pretrained(out)
@@ -123,6 +133,7 @@ def _save_killed_at(model, out, when):
     """Save `model` into `out` in a child process that is SIGKILLed at the rename `when(src, dst)` picks."""
 
     def child():
+        _in_child()
         real_replace = os.replace
 
         def replace(src, dst):
@@ -135,7 +146,7 @@ def _save_killed_at(model, out, when):
 
     process = multiprocessing.get_context("fork").Process(target=child, daemon=True)
     process.start()
-    process.join()
+    process.join(timeout=120)
     assert process.exitcode == -signal.SIGKILL
 
 
