@@ -18,7 +18,7 @@ import re
 import torch
 
 from .models.configuration_attention_bridge import FIXED_LENGTH_TYPES
-from .models.zoo_common import field_defaults, mechanism_field_names
+from .models.zoo_common import agrees_with_stock, field_defaults, mechanism_field_names, stock_function_words
 from .zoo import ZOO
 
 SAMPLE_SENTENCES = (
@@ -157,7 +157,8 @@ def stock_model(model, entry):
 
 def check_stock_function(model, entry, inputs: dict, outputs=None) -> StockCheck:
     """Whether `model` computes what the stock model built from the same weights computes, on `inputs`: both
-    forwards are compared (logits, or the last hidden state of a base model) to 1e-4 relative and 1e-5 absolute.
+    forwards are compared (logits, or the last hidden state of a base model) as the model card words it
+    (`stock_function_words`): bit for bit, or within the mechanism's stated float-rounding tolerance.
 
     A saved folder does not remember whether it was trained (`is_untrained_conversion()` only knows in the process
     that converted it), so this is decided from the function itself: it answers for trained models too, and a
@@ -173,11 +174,16 @@ def check_stock_function(model, entry, inputs: dict, outputs=None) -> StockCheck
         return StockCheck(
             False, f"no: its output has shape {tuple(ours.shape)}, the stock {name}'s {tuple(theirs.shape)}"
         )
-    diff = (ours - theirs).abs().max().item()
-    if torch.allclose(ours, theirs, rtol=1e-4, atol=1e-5):
-        return StockCheck(True, f"yes: same outputs as the stock {name} built from its weights (max |diff| {diff:.2g})")
+    same, diff = agrees_with_stock(model, ours, theirs)
+    if same:
+        return StockCheck(
+            True,
+            f"yes, {stock_function_words(model)}: the stock {name} built from its weights gives the same outputs "
+            f"(max |diff| {diff:.2g})",
+        )
     return StockCheck(
-        False, f"no: its outputs differ from the stock {name}'s built from its weights by up to {diff:.3g}"
+        False,
+        f"no: its outputs differ from the stock {name}'s built from its weights by up to {diff:.3g}",
     )
 
 
@@ -369,7 +375,7 @@ HC_RES_MAX_INCHES = (16.0, 12.0)  # the whole picture, whatever the depth: 1600 
 
 
 def contrasting_text_colour(rgba) -> str:
-    """"white" on a dark colour, "black" on a light one (relative luminance of the cell's colour)."""
+    """ "white" on a dark colour, "black" on a light one (relative luminance of the cell's colour)."""
     red, green, blue = rgba[:3]
     return "white" if 0.299 * red + 0.587 * green + 0.114 * blue < 0.5 else "black"
 

@@ -103,6 +103,7 @@ def _left_padded(batch: dict, rows: int = 2) -> tuple[torch.Tensor, torch.Tensor
     index = (torch.arange(ids.shape[-1]) - shifts[:, None]) % ids.shape[-1]
     return ids.gather(-1, index).masked_fill(mask.gather(-1, index) == 0, 0), mask.gather(-1, index)
 
+
 class ConformanceSuite:
     """Subclass as `TestXConformance(ConformanceSuite)` and implement `make_case`."""
 
@@ -968,9 +969,9 @@ class ConformanceSuite:
                 model = self._zoo_like_stock(zoo_class, folder, stock, **options)
                 results = {
                     "call": model(**batch, output_hidden_states=selection),
-                    "config": self._zoo_like_stock(
-                        zoo_class, folder, stock, output_hidden_states=selection, **options
-                    )(**batch),
+                    "config": self._zoo_like_stock(zoo_class, folder, stock, output_hidden_states=selection, **options)(
+                        **batch
+                    ),
                 }
             names = ("hidden_states", "encoder_hidden_states", "decoder_hidden_states")
             compared = [n for n in names if getattr(expected, n, None) is not None]
@@ -986,3 +987,69 @@ class ConformanceSuite:
                 for how, result in results.items():
                     where = f"{zoo_class.__name__} {name}, output_hidden_states={selection!r} from the {how}"
                     self._assert_same_outputs(getattr(result, name, None), stock_states, where)
+
+    # -- the model card: what it claims, and its usage snippet (issue 25) -------------------------------------------
+
+    def _card(self, folder) -> str:
+        return open(os.path.join(folder, "README.md"), encoding="utf-8").read()
+
+    def test_card_claims_the_stock_function_only_until_a_trainer_step(self, tmp_path):
+        """The card of an untrained conversion says what it computes (`stock_function_statement`); after one
+        `Trainer` step that changes weights, `Trainer.save_model` writes a card that claims nothing of the kind."""
+        from transformers import Trainer, TrainingArguments
+
+        from .models.zoo_common import stock_function_statement
+
+        folder, _ = self._stock(tmp_path)
+        model = self.case.model_class.from_pretrained(folder, **self._identity_option_sets()[0])
+        model.save_pretrained(str(tmp_path / "untrained"))
+        assert f"untrained conversion: {stock_function_statement(model)}" in self._card(tmp_path / "untrained")
+        batch = self.case.make_batch()
+        batch["labels"] = self.case.labels(batch)
+        examples = [{k: v[i] for k, v in batch.items()} for i in range(len(batch["labels"]))]
+        before = {n: p.detach().clone() for n, p in model.named_parameters()}
+        args = TrainingArguments(
+            output_dir=str(tmp_path / "trained"),
+            per_device_train_batch_size=len(examples),
+            max_steps=1,
+            learning_rate=1e-2,
+            report_to="none",
+            save_strategy="no",
+            use_cpu=True,
+        )
+        trainer = Trainer(model=model.train(), args=args, train_dataset=examples)
+        trainer.train()
+        assert any(not torch.equal(p, before[n]) for n, p in model.named_parameters()), "the step changed nothing"
+        trainer.save_model()
+        card = self._card(tmp_path / "trained")
+        assert "untrained conversion" not in card and "computes the stock model's function" not in card
+
+    def test_untrained_conversion_agrees_with_stock_as_the_card_says(self, tmp_path):
+        """What the card says an untrained conversion computes (`stock_function_words`: exactly, or to float rounding
+        within the mechanism's stated tolerance) is what it computes, on a padded batch."""
+        from .models.zoo_common import agrees_with_stock, stock_function_words
+
+        folder, stock = self._stock(tmp_path)
+        batch = self.case.make_batch()
+        for options in self._identity_option_sets():
+            model = self._zoo(folder, **options)
+            with torch.no_grad():
+                ours = _output(model, batch, self.case.output_name)
+                theirs = _output(stock, batch, self.case.output_name)
+            agrees, diff = agrees_with_stock(model, ours, theirs)
+            assert agrees, f"{options}: the card says {stock_function_words(model)!r}, max |diff| {diff:.3g}"
+
+    def test_card_snippet_loads_the_model_with_its_task_class(self, tmp_path, monkeypatch):
+        """The card's python snippet, run beside the saved folder, loads the model in its task class (with its head)
+        from the folder's final name."""
+        import re
+
+        folder, _ = self._stock(tmp_path)
+        out = tmp_path / "shared-model"
+        self._zoo(folder, **self.case.active_options).save_pretrained(str(out))
+        snippets = re.findall(r"```python\n(.*?)```", self._card(out), flags=re.S)
+        assert len(snippets) == 1 and '"shared-model"' in snippets[0], snippets
+        monkeypatch.chdir(tmp_path)
+        namespace: dict = {}
+        exec(snippets[0], namespace)
+        assert type(namespace["model"]).__name__ == self.case.model_class.__name__

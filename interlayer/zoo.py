@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import sys
-import warnings
 from dataclasses import dataclass
 
 import transformers
@@ -19,7 +17,18 @@ from .models import (
     modeling_latent,
     modeling_sentinel,
 )
-from .models.zoo_common import check_choice, check_option_names, field_defaults, hub_id, mechanism_field_names
+from .models.zoo_common import (
+    can_stage_beside,
+    check_choice,
+    check_option_names,
+    field_defaults,
+    hub_id,
+    mechanism_field_names,
+    recover_interrupted_save,
+    staging_folders,  # noqa: F401  (the zoo's name for it: interlayer.zoo.staging_folders)
+    swap_into_place,
+    warn_saving_in_place,
+)
 
 # the zoo's mechanisms and the modeling file of each; a model class joins the zoo by being registered for an Auto class
 # in its file (`register_for_auto_classes`), which is also what its saved `auto_map` says
@@ -308,27 +317,6 @@ def check_local_source(source) -> None:
         )
 
 
-def staging_folders(output_dir: str) -> tuple[str, str]:
-    """The hidden folders beside `output_dir` that `save_atomically` writes the new model into and parks the old one
-    in while it swaps them: `.NAME.interlayer-new` and `.NAME.interlayer-old`."""
-    parent, name = os.path.split(os.path.abspath(output_dir))
-    return os.path.join(parent, f".{name}.interlayer-new"), os.path.join(parent, f".{name}.interlayer-old")
-
-
-def recover_interrupted_save(output_dir: str) -> None:
-    """Undo what a `save_atomically` killed between its two renames left behind: the previous model parked in
-    `.NAME.interlayer-old` with no `output_dir` goes back into place; a finished or half-written staging folder of
-    an interrupted save is removed."""
-    output_dir = os.path.abspath(output_dir)
-    new, old = staging_folders(output_dir)
-    if os.path.isdir(old):
-        if os.path.exists(output_dir):
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(old, output_dir)
-    shutil.rmtree(new, ignore_errors=True)
-
-
 def prepare_output_dir(output_dir: str, overwrite: bool) -> None:
     """Recover an interrupted save into `output_dir`, then refuse it if it is not empty unless `overwrite`: call
     before any work that the refusal would waste."""
@@ -352,52 +340,35 @@ def is_trainer_output(name: str) -> bool:
 def save_atomically(
     model, output_dir: str, tokenizer_source: str | None = None, overwrite: bool = False, tokenizer=None, keep=None
 ) -> str:
-    """`save_pretrained` into a hidden folder beside `output_dir`, then swap it into place, so that an interrupted
-    save never leaves a half-written model or loses the one already there, and an existing folder is only replaced
-    when `overwrite` is set. The tokenizer saved beside the model is `tokenizer` (an object) or the one of
-    `tokenizer_source` (a checkpoint).
+    """Save the model and its tokenizer together, safely: written into a hidden folder beside `output_dir` that then
+    takes its place (`swap_into_place`), so that an interrupted save never leaves a half-written model or loses the
+    one already there, and an existing folder is only replaced when `overwrite` is set. The tokenizer saved beside
+    the model is `tokenizer` (an object) or the one of `tokenizer_source` (a checkpoint).
 
-    The swap is two renames: the old folder to `.NAME.interlayer-old`, the new one into place. An exception between
-    them puts the old folder back at once; a process killed between them leaves it parked, and the next
-    `save_atomically` (or `recover_interrupted_save`) into the same folder puts it back before anything else. A
-    parked folder that cannot be removed after a successful swap is reported as a warning, not an error: the new
-    model is saved. `keep(name) -> bool` names entries of the existing folder that are not the model (a Trainer's
-    `checkpoint-*` folders, `trainer_state.json`): they are moved into the new folder before the swap, so they
-    survive it (an exception moves them back; a process killed after moving them leaves them in the staging
-    folder, which the next save into `output_dir` removes)."""
-    output_dir = os.path.abspath(output_dir)
+    Unlike a plain `save_pretrained` (safe as well, and which keeps every file of the folder but the old weights),
+    this replaces the whole folder except the entries `keep(name) -> bool` names (a Trainer's `checkpoint-*` folders
+    and `trainer_state.json`: `keep=is_trainer_output`), which survive the swap. The card's usage snippet loads the
+    folder by its name. A folder that cannot be staged (`can_stage_beside`) is written in place, with a warning."""
+    output_dir = os.path.realpath(output_dir)
     prepare_output_dir(output_dir, overwrite)
     os.makedirs(os.path.dirname(output_dir), exist_ok=True)
-    new, old = staging_folders(output_dir)
-    kept = []
-    try:
-        model.save_pretrained(new)
+
+    def write(staging):
+        save = getattr(model, "save_unstaged", None)
+        if save is not None:
+            save(staging, card_name=os.path.basename(output_dir))
+        else:
+            model.save_pretrained(staging)
         if tokenizer is not None:
-            tokenizer.save_pretrained(new)
+            tokenizer.save_pretrained(staging)
         elif tokenizer_source is not None:
-            save_tokenizer(tokenizer_source, new)
-        if keep is not None and os.path.isdir(output_dir):
-            for name in sorted(os.listdir(output_dir)):
-                if keep(name) and not os.path.exists(os.path.join(new, name)):
-                    os.replace(os.path.join(output_dir, name), os.path.join(new, name))
-                    kept.append(name)
-        if os.path.exists(output_dir):
-            os.replace(output_dir, old)
-        os.replace(new, output_dir)
-    except BaseException:
-        if os.path.isdir(old) and not os.path.exists(output_dir):
-            os.replace(old, output_dir)
-        if os.path.isdir(new):  # the swap did not happen: what was kept goes back
-            for name in kept:
-                os.replace(os.path.join(new, name), os.path.join(output_dir, name))
-        raise
-    finally:
-        shutil.rmtree(new, ignore_errors=True)
-    if os.path.exists(old):
-        shutil.rmtree(old, ignore_errors=True)
-        if os.path.exists(old):
-            warnings.warn(f"The model is saved in {output_dir}, but the previous one could not be removed from {old}.")
-    return output_dir
+            save_tokenizer(tokenizer_source, staging)
+
+    if not can_stage_beside(output_dir):
+        warn_saving_in_place(output_dir)
+        write(output_dir)
+        return output_dir
+    return swap_into_place(output_dir, write, keep=keep)
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "vocab.txt", "tokenizer.model", "spm.model")

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 import torch
 from hc_fixtures import build_stock_llama
 from transformers.pipelines import SUPPORTED_TASKS
@@ -46,7 +47,7 @@ def test_card_of_an_untrained_conversion_and_of_a_trained_model(tmp_path):
     card = (tmp_path / "untrained" / "README.md").read_text()
     assert 'base_model: "acme/tiny-llama"' in _front_matter(card)
     assert "Converted from the stock checkpoint `acme/tiny-llama`" in card
-    assert "untrained conversion: it computes exactly the stock model's function" in card
+    assert "untrained conversion: it computes the stock model's function exactly until it is trained" in card
     assert "transformers>=5,<6" in card and 'from_pretrained("untrained", trust_remote_code=True)' in card
     assert "PATH_OR_REPO" not in card and "pypi.org" not in card and str(tmp_path) not in card
 
@@ -172,3 +173,144 @@ def test_every_shipped_file_names_the_transformers_it_needs_before_importing_it(
     assert sorted(lines) == names
     for name, message in lines.items():
         assert "need transformers>=5" in message and "4.57.1" in message, f"{name}.py: {message}"
+
+
+# -- issue 25: what the card claims, its metadata, and the Hub ---------------------------------------------------------
+
+
+def test_untrained_is_decided_from_the_values_not_from_the_optimizer(tmp_path):
+    """An optimizer step changes values without bumping `p._version` in every path; the check compares the values:
+    a bf16 conversion cast to fp32 is still untrained (same values), an untrained LoRA merged in changes nothing, a
+    trained one does, and so does any in-place change."""
+    peft = pytest.importorskip("peft")
+    build_stock_llama(str(tmp_path / "stock"))
+    model = LlamaLatentForCausalLM.from_pretrained(tmp_path / "stock", dtype=torch.bfloat16)
+    assert model.is_untrained_conversion()
+    model = model.float()
+    assert model.is_untrained_conversion()
+    model = peft.get_peft_model(model, peft.LoraConfig(target_modules=["q_proj"], r=2)).merge_and_unload()
+    assert model.is_untrained_conversion()
+    torch.compile(model, backend="eager").save_pretrained(tmp_path / "compiled")  # the wrapper saves the model
+    assert "untrained conversion" in (tmp_path / "compiled" / "README.md").read_text()
+    gathered = {name: tensor.clone() for name, tensor in model.state_dict().items()}  # as FSDP gathers it to save
+    assert model.is_untrained_conversion(gathered)
+    gathered["model.norm.weight"] = gathered["model.norm.weight"] * 2
+    assert not model.is_untrained_conversion(gathered)
+    with torch.no_grad():
+        model.model.layers[0].self_attn.q_proj.weight.data[0, 0] += 1e-3  # .data: no version counter involved
+    assert not model.is_untrained_conversion()
+    model.save_pretrained(tmp_path / "out")
+    assert "untrained conversion" not in (tmp_path / "out" / "README.md").read_text()
+
+
+def test_a_local_folder_is_never_a_hub_id_wherever_the_card_is_written(tmp_path, monkeypatch):
+    """A checkpoint converted from a relative folder (`minilm`) is recorded as `./minilm`: written later from
+    another working directory, the card still names no Hub model."""
+    monkeypatch.chdir(tmp_path)
+    build_stock_llama("tiny-llama")
+    model = LlamaLatentForCausalLM.from_pretrained("tiny-llama")
+    assert model.config.base_model_name_or_path == os.path.join(".", "tiny-llama")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    model.save_pretrained("out")
+    card = (tmp_path / "elsewhere" / "out" / "README.md").read_text()
+    assert "base_model" not in _front_matter(card) and "Converted from a local stock checkpoint" in card
+
+
+def test_license_from_the_stock_card_or_the_user(tmp_path):
+    """The stock checkpoint's license (its model card's metadata) is carried into the card and through a reload;
+    `card_data["license"]` sets or overrides it; without either the card has none."""
+    build_stock_llama(str(tmp_path / "stock"))
+    model = LlamaLatentForCausalLM.from_pretrained(tmp_path / "stock")
+    model.save_pretrained(tmp_path / "none")
+    assert "license" not in _front_matter((tmp_path / "none" / "README.md").read_text())
+
+    (tmp_path / "stock" / "README.md").write_text("---\nlicense: apache-2.0\n---\n# a stock model\n")
+    model = LlamaLatentForCausalLM.from_pretrained(tmp_path / "stock")
+    model.save_pretrained(tmp_path / "carried")
+    assert 'license: "apache-2.0"' in _front_matter((tmp_path / "carried" / "README.md").read_text())
+    LlamaLatentForCausalLM.from_pretrained(tmp_path / "carried").save_pretrained(tmp_path / "again")
+    assert 'license: "apache-2.0"' in _front_matter((tmp_path / "again" / "README.md").read_text())
+
+    model.card_data = {**model.card_data, "license": "mit"}
+    model.save_pretrained(tmp_path / "chosen")
+    assert 'license: "mit"' in _front_matter((tmp_path / "chosen" / "README.md").read_text())
+
+
+class _FakeHub:
+    """What `push_to_hub` would upload, read at commit time (the staging folder is gone afterwards)."""
+
+    def __init__(self):
+        self.uploaded = {}
+
+    def create_repo(self, repo_id, **kwargs):
+        return type("Repo", (), {"repo_id": repo_id})()
+
+    def create_commit(self, repo_id, operations, **kwargs):
+        for op in operations:
+            with open(op.path_or_fileobj, "rb") as f:
+                self.uploaded[op.path_in_repo] = f.read()
+
+
+def test_push_to_hub_uploads_the_zoo_card_naming_the_repository(tmp_path, monkeypatch):
+    """`push_to_hub` replaces the folder's card with transformers' generic one before uploading; the zoo's card is
+    what reaches the Hub, its snippet loading the repository (not a temporary folder) with the task's Auto class."""
+    import huggingface_hub
+    import transformers.modeling_utils
+    import transformers.utils.hub
+
+    hub = _FakeHub()
+    for module in (transformers.utils.hub, transformers.modeling_utils):
+        monkeypatch.setattr(module, "hf_api", lambda: hub, raising=False)
+    monkeypatch.setattr(
+        huggingface_hub.ModelCard, "load", classmethod(lambda cls, *a, **k: (_ for _ in ()).throw(_missing()))
+    )
+    build_stock_llama(str(tmp_path / "stock"))
+    model = LlamaLatentForCausalLM.from_pretrained(tmp_path / "stock")
+    model.push_to_hub("acme/tiny-latent")
+    card = hub.uploaded["README.md"].decode()
+    assert "# LlamaLatentForCausalLM (Latent back-projection)" in card
+    assert 'AutoModelForCausalLM.from_pretrained("acme/tiny-latent", trust_remote_code=True)' in card
+    assert "tmp" not in card.split("## Use")[1] and "interlayer-new" not in card
+
+    hub.uploaded.clear()
+    monkeypatch.chdir(tmp_path)
+    model.save_pretrained("local-copy", push_to_hub=True)
+    assert 'from_pretrained("local-copy", trust_remote_code=True)' in hub.uploaded["README.md"].decode()
+
+
+def _missing():
+    from huggingface_hub.errors import EntryNotFoundError
+
+    return EntryNotFoundError("no card yet")
+
+
+def test_readme_words_the_stock_function_verdict_as_the_card_does():
+    """One verdict, worded once (`stock_function_words`): the README states hyper-connections' tolerance as the card
+    and `interlayer inspect` do."""
+    from interlayer import LlamaMHCForCausalLM
+    from interlayer.models.zoo_common import stock_function_words
+
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "README.md"), encoding="utf-8").read()
+    assert stock_function_words(LlamaMHCForCausalLM) in " ".join(readme.split())
+    assert stock_function_words(LlamaLatentForCausalLM) == "exactly"
+
+
+def test_inspect_and_the_card_give_one_verdict(tmp_path):
+    """An untrained hyper-connection conversion: its card says it computes the stock function to float rounding, and
+    `interlayer inspect`'s check of the saved folder says yes, in the same words; an exact mechanism's say exactly."""
+    from interlayer import LlamaMHCForCausalLM
+    from interlayer.inspect import check_stock_function, load_model, model_inputs
+    from interlayer.models.zoo_common import stock_function_words
+
+    build_stock_llama(str(tmp_path / "stock"))
+    for model_class in (LlamaMHCForCausalLM, LlamaLatentForCausalLM):
+        out = tmp_path / model_class.__name__
+        converted = model_class.from_pretrained(tmp_path / "stock")
+        converted.save_pretrained(out)
+        words = stock_function_words(converted)
+        assert f"computes the stock model's function {words} until it is trained" in (out / "README.md").read_text()
+        model, entry = load_model(str(out))
+        inputs, _, _ = model_inputs(model, str(out))
+        check = check_stock_function(model, entry, inputs)
+        assert check.same and check.detail.startswith(f"yes, {words}:"), check.detail

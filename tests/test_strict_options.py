@@ -4,6 +4,7 @@ naming the field, and saving never loses a model already on disk."""
 import dataclasses
 import json
 import os
+import shutil
 
 import pytest
 import torch
@@ -181,7 +182,7 @@ def test_save_warns_but_succeeds_when_the_old_folder_cannot_be_removed(tmp_path,
     first, second = _two_models(tmp_path)
     out = str(tmp_path / "model")
     save_atomically(first, out)
-    real_rmtree = zoo.shutil.rmtree
+    real_rmtree = shutil.rmtree
     _, old = staging_folders(out)
 
     def stubborn_rmtree(path, ignore_errors=False, **kwargs):
@@ -191,10 +192,10 @@ def test_save_warns_but_succeeds_when_the_old_folder_cannot_be_removed(tmp_path,
             return
         real_rmtree(path, ignore_errors=ignore_errors, **kwargs)
 
-    monkeypatch.setattr(zoo.shutil, "rmtree", stubborn_rmtree)
+    monkeypatch.setattr(shutil, "rmtree", stubborn_rmtree)
     with pytest.warns(UserWarning, match="could not be removed"):
         save_atomically(second, out, overwrite=True)
-    monkeypatch.setattr(zoo.shutil, "rmtree", real_rmtree)
+    monkeypatch.setattr(shutil, "rmtree", real_rmtree)
     torch.testing.assert_close(_saved_weight(out), _saved_weight(str(tmp_path / "stock")) + 1.0)
 
 
@@ -237,7 +238,9 @@ def test_reload_refuses_a_changed_init_option(tmp_path):
     from interlayer import LlamaLatentForCausalLM
 
     saved = _saved(tmp_path, LlamaLatentForCausalLM, build_stock_llama)
-    refusal = r"`latent_gate_init=2.0` only applies when a stock checkpoint is converted.*saved with latent_gate_init=0.0"
+    refusal = (
+        r"`latent_gate_init=2.0` only applies when a stock checkpoint is converted.*saved with latent_gate_init=0.0"
+    )
     with pytest.raises(ConfigError, match=refusal):
         LlamaLatentForCausalLM.from_pretrained(saved, latent_gate_init=2.0)
     assert LlamaLatentForCausalLM.from_pretrained(saved, latent_gate_init=0.0).config.latent_gate_init == 0.0

@@ -19,7 +19,6 @@ from transformers import (
 
 from .zoo_common import ZooConfigFields, ZooConfigMixin, check_choice, check_range, zoo_config
 
-
 SEED_ROUTE_LAST_N = 4  # the seed's target layers: the last 4
 
 

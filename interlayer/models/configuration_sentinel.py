@@ -12,7 +12,6 @@ from transformers import BertConfig, GPT2Config, LlamaConfig, Qwen2Config, Qwen3
 
 from .zoo_common import ConfigError, ZooConfigFields, ZooConfigMixin, check_range, zoo_config
 
-
 # the largest gate logit the weights hold in every dtype (fp16's largest value); the gates are computed in log space,
 # so every logit up to it gives finite gates, exactly 1 at conversion under identity_init
 MAX_GATE_LOGIT = 65504.0

@@ -13,13 +13,16 @@ from .zoo_requirements import MIN_TRANSFORMERS
 import dataclasses
 import difflib
 import functools
+import hashlib
 import itertools
 import json
 import logging
 import math
 import os
 import re
+import shutil
 import sys
+import warnings
 from typing import Any, ClassVar
 
 import torch
@@ -395,12 +398,24 @@ class ZooModelMixin:
     mechanism_name: ClassVar[str] = ""
     mechanism_param_markers: ClassVar[tuple[str, ...]] = ()
     pipeline_tag: ClassVar[str | None] = "feature-extraction"  # a base model; task heads name their pipeline
+    # how far an untrained conversion with `identity_init=True` may be from the stock function, relative to the largest
+    # output magnitude in float32: 0 for a mechanism that computes it bit for bit (`stock_function_words`)
+    stock_function_tolerance: ClassVar[float] = 0.0
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
         """The stock `from_pretrained`, then the mechanism's `finish_loading`. Loading a stock checkpoint (a
         conversion) also remembers the parameters' state, so that the model card can say whether the saved model is
-        still the untrained conversion."""
+        still the untrained conversion. A folder missing because a save into it was cut between its two renames is
+        refused with what to do."""
+        if isinstance(pretrained_model_name_or_path, (str, os.PathLike)):
+            path = os.fspath(pretrained_model_name_or_path)
+            if not os.path.exists(path) and any(os.path.isdir(f) for f in staging_folders(path)):
+                raise OSError(
+                    f"{path} is missing: a save into it was interrupted while swapping it into place (the model is in "
+                    f"{' or '.join(staging_folders(path))}). Save into it again, or run "
+                    f"`interlayer.zoo.recover_interrupted_save({path!r})`, which puts the complete model back."
+                )
         return cls._load(pretrained_model_name_or_path, pretrained_model_name_or_path, *args, **kwargs)
 
     @classmethod
@@ -423,10 +438,14 @@ class ZooModelMixin:
             )
         model.finish_loading(info)
         if getattr(model.config, "base_model_name_or_path", None) == str(source):
-            model._conversion_fingerprint = model._parameter_fingerprint()
+            model.config.base_model_name_or_path = _recorded_source(source)
+            model._conversion_checksums = parameter_checksums(model.named_parameters())
             model._report_conversion(source, info)
         else:  # a saved zoo model: transformers' report of anything missing or unused is news
             load_report.release()
+        license_name = _card_license(source, kwargs)
+        if license_name and "license" not in (getattr(model, "card_data", None) or {}):
+            model.card_data = {**(getattr(model, "card_data", None) or {}), "license": license_name}
         return (model, info) if want_info else model
 
     def _report_conversion(self, source, info: dict) -> None:
@@ -453,13 +472,24 @@ class ZooModelMixin:
         """What a mechanism does once `from_pretrained` has loaded the weights (`info`: transformers' loading info,
         with `missing_keys`); nothing by default."""
 
-    def _parameter_fingerprint(self) -> tuple:
-        return tuple((name, id(p), p._version) for name, p in self.named_parameters())
-
-    def is_untrained_conversion(self) -> bool:
-        """True while no parameter has changed since this model was converted from a stock checkpoint."""
-        fingerprint = getattr(self, "_conversion_fingerprint", None)
-        return fingerprint is not None and fingerprint == self._parameter_fingerprint()
+    def is_untrained_conversion(self, state_dict: dict | None = None) -> bool:
+        """True while every parameter (the stock ones and the mechanism's) still holds the value it had when this model
+        was converted from a stock checkpoint in this process, compared by exact checksums of the values
+        (`parameter_checksums`): any optimizer step that changes a weight makes it False, whatever the optimizer,
+        the wrapping (PEFT merge, `torch.compile`) or the dtype the values are held in (a bf16 model cast to fp32
+        keeps its values). `state_dict`: the tensors being saved, when they are not the parameters themselves
+        (FSDP and DeepSpeed gather them for `save_pretrained`). False for a model loaded from a saved zoo folder,
+        whose history is not known."""
+        recorded = getattr(self, "_conversion_checksums", None)
+        if recorded is None:
+            return False
+        tensors = dict(self.named_parameters()) if state_dict is None else state_dict
+        mechanism_first = sorted(recorded, key=lambda n: not any(m in n for m in self.mechanism_param_markers))
+        for name in mechanism_first:  # a trained model usually differs in its (small) mechanism tensors: stop there
+            tensor = tensors.get(name)
+            if tensor is None or (tuple(tensor.shape), tensor_checksum(tensor)) != recorded[name]:
+                return False
+        return True
 
     def claims_stock_function(self) -> bool:
         """Whether the untrained conversion computes the stock function (`identity_init`); a mechanism with settings
@@ -515,13 +545,61 @@ class ZooModelMixin:
         }
 
     def save_pretrained(self, save_directory, *args, **kwargs):
-        """The stock method; `auto_map` names every class of this model's file registered for an Auto class (the
-        base model too), so any Auto class loads the folder with `trust_remote_code=True`; then the model card."""
+        """The stock method, safe against interruption, then the model card.
+
+        `auto_map` names every class of this model's file registered for an Auto class (the base model too), so any
+        Auto class loads the folder with `trust_remote_code=True`. Everything is written into a hidden folder beside
+        `save_directory` that then takes its place (`swap_into_place`), so a save killed at any moment leaves the
+        previous model or the new one, never a mix of their weight shards. What else the folder holds (a Trainer's
+        checkpoints and logs, a tokenizer) is kept; the previous model's weight files are not. A folder that cannot be
+        staged beside (`can_stage_beside`: a mount point, the working directory, a parent without write access) is
+        written in place with a warning; a process that does not write (`is_main_process=False`, a rank other than
+        0) and a distributed or tensor-parallel checkpoint write in place, as transformers does."""
         self.config.auto_map = {**(getattr(self.config, "auto_map", None) or {}), **self._sibling_auto_map()}
+        save_directory = os.fspath(save_directory)
+        if kwargs.get("push_to_hub"):  # the Hub repository is named after the folder, not after its staging name
+            kwargs.setdefault("repo_id", os.path.basename(os.path.abspath(save_directory)))
+        if not self._writes_alone(kwargs):
+            return self.save_unstaged(save_directory, *args, **kwargs)
+        if not can_stage_beside(save_directory):
+            warn_saving_in_place(save_directory)
+            return self.save_unstaged(save_directory, *args, **kwargs)
+        results, folder_name = [], os.path.basename(os.path.realpath(save_directory))
+        swap_into_place(
+            save_directory,
+            lambda staging: results.append(self.save_unstaged(staging, *args, card_name=folder_name, **kwargs)),
+            keep=lambda name: not is_weights_file(name),
+        )
+        return results[0]
+
+    def save_unstaged(self, save_directory, *args, card_name=None, **kwargs):
+        """`save_pretrained` written straight into `save_directory` (no staging folder), then the model card, whose
+        usage snippet loads `card_name` (the final folder's name; default: `save_directory`'s). For writers that stage
+        the folder themselves (`interlayer.zoo.save_atomically`)."""
+        untrained = self.is_untrained_conversion(kwargs.get("state_dict"))  # before transformers empties the dict
         result = super().save_pretrained(save_directory, *args, **kwargs)
-        if int(os.environ.get("LOCAL_RANK", "0")) == 0:
-            write_model_card(self, save_directory)
+        if int(os.environ.get("LOCAL_RANK", "0")) == 0 and self.should_save_on_this_rank(
+            kwargs.get("is_main_process", True)
+        ):
+            write_model_card(self, save_directory, card_name, untrained=untrained)
         return result
+
+    def _writes_alone(self, kwargs: dict) -> bool:
+        """Whether this process alone writes the folder (the main process, not a distributed or tensor-parallel
+        checkpoint, which every rank writes into), so that it can stage it."""
+        return (
+            self.should_save_on_this_rank(kwargs.get("is_main_process", True))
+            and int(os.environ.get("LOCAL_RANK", "0")) == 0
+            and not kwargs.get("distributed_checkpoint")
+            and getattr(self, "_tp_size", None) is None
+            and not getattr(self, "is_distributed_loading_by_transformers", False)
+        )
+
+    def _upload_modified_files(self, working_dir, repo_id, *args, **kwargs):
+        """Before `push_to_hub` (or `save_pretrained(push_to_hub=True)`) uploads the folder, put this model's card back
+        (transformers writes its generic card there first), its usage snippet naming the Hub repository."""
+        write_model_card(self, working_dir, repo_id, untrained=self.is_untrained_conversion())
+        return super()._upload_modified_files(working_dir, repo_id, *args, **kwargs)
 
 
 def refuse_output_attentions(model, kwargs: dict) -> None:
@@ -587,20 +665,24 @@ def _yaml_value(value) -> str:
     return json.dumps(value)
 
 
-def write_model_card(model, save_directory) -> str:
+def write_model_card(model, save_directory, name=None, untrained: bool | None = None) -> str:
     """Write README.md (YAML metadata + what the mechanism is and its settings) into `save_directory`.
 
-    `model.card_data` (a dict, optional) adds `datasets`, `metrics` (name -> value), free `notes`, and `base_model`
-    (a Hub id, for a model converted from a local copy of a Hub checkpoint).
-    The file is written to a temporary name and renamed, so an interrupted save never leaves half a card.
+    `name` is what the usage snippet loads (the final folder's name or the Hub repository; default `save_directory`'s
+    own name). `untrained` says whether the weights saved are still the untrained conversion (default: the model's
+    parameters, `is_untrained_conversion()`). `model.card_data` (a dict, optional) adds `license` (a Hub license
+    id, such as `"apache-2.0"`; by default the stock checkpoint's, read from its model card when it has one),
+    `datasets`, `metrics` (name -> value), free `notes`, and `base_model` (a Hub id, for a model converted from a
+    local copy of a Hub checkpoint). The file is written to a temporary name and renamed, so an interrupted save
+    never leaves half a card.
     """
     config = model.config
     extra = getattr(model, "card_data", None) or {}
     base = getattr(config, "base_model_name_or_path", None)
-    meta = {
-        "library_name": "transformers",
-        "tags": ["interlayer", model.mechanism_name.lower().replace(" ", "-"), "custom_code"],
-    }
+    meta = {"library_name": "transformers"}
+    if extra.get("license"):
+        meta["license"] = str(extra["license"])
+    meta["tags"] = ["interlayer", model.mechanism_name.lower().replace(" ", "-"), "custom_code"]
     hub_base = extra.get("base_model") or hub_id(base)
     if hub_base:
         meta["base_model"] = hub_base
@@ -617,17 +699,10 @@ def write_model_card(model, save_directory) -> str:
     if base:
         source = f"the stock checkpoint `{hub_base}`" if hub_base else "a local stock checkpoint"
         lines += [f"Converted from {source} with interlayer.", ""]
-    if model.is_untrained_conversion():
-        lines += [
-            "This is an untrained conversion: "
-            + (
-                "it computes exactly the stock model's function until it is trained (`identity_init=True`)."
-                if model.claims_stock_function()
-                else "the mechanism's new parameters are initialised, not trained, and it does not compute the stock "
-                "model's function."
-            ),
-            "",
-        ]
+    if untrained is None:
+        untrained = model.is_untrained_conversion()
+    if untrained:
+        lines += [f"This is an untrained conversion: {stock_function_statement(model)}", ""]
     report = model.parameter_report()
     lines += [
         "## Parameters",
@@ -641,10 +716,10 @@ def write_model_card(model, save_directory) -> str:
         "| field | value |",
         "| --- | --- |",
     ]
-    for name, value in mechanism_settings(config).items():
-        if name == "base_model_name_or_path":  # said above, as a Hub id: a local path means nothing to a reader
+    for setting, value in mechanism_settings(config).items():
+        if setting == "base_model_name_or_path":  # said above, as a Hub id: a local path means nothing to a reader
             continue
-        lines.append(f"| `{name}` | `{value!r}` |")
+        lines.append(f"| `{setting}` | `{value!r}` |")
     if extra.get("metrics"):
         lines += ["", "## Results", "", "| metric | value |", "| --- | --- |"]
         lines += [
@@ -652,7 +727,9 @@ def write_model_card(model, save_directory) -> str:
         ]
     if extra.get("notes"):
         lines += ["", str(extra["notes"])]
-    folder_name = json.dumps(os.path.basename(os.path.abspath(str(save_directory))))
+    if name is None:
+        name = os.path.basename(os.path.abspath(str(save_directory)))
+    auto_class = auto_class_name(model)
     lines += [
         "",
         "## Use",
@@ -661,9 +738,9 @@ def write_model_card(model, save_directory) -> str:
         "in this folder, so `interlayer` itself need not be installed.",
         "",
         "```python",
-        f"from transformers import {auto_class_name(model)}",
+        f"from transformers import {auto_class}",
         "",
-        f"model = {auto_class_name(model)}.from_pretrained({folder_name}, trust_remote_code=True)",
+        f"model = {auto_class}.from_pretrained({json.dumps(str(name))}, trust_remote_code=True)",
         "```",
         "",
     ]
@@ -675,13 +752,209 @@ def write_model_card(model, save_directory) -> str:
     return path
 
 
+# --- does the model compute the stock function? --------------------------------------------------------------------
+
+
+def stock_function_words(model) -> str:
+    """How a model whose mechanism starts as the identity computes the stock model's function: "exactly" (bit for bit),
+    or, for a mechanism whose identity holds to float rounding only (`stock_function_tolerance`), "to float rounding"
+    with the tolerance. The one wording of the model card, `interlayer inspect` and the docs."""
+    tolerance = model.stock_function_tolerance
+    if not tolerance:
+        return "exactly"
+    bound = f"{tolerance:.0e}".replace("e-0", "e-")
+    return f"to float rounding (outputs within {bound} of their largest magnitude, in float32)"
+
+
+def stock_function_statement(model) -> str:
+    """The model card's sentence on what an untrained conversion computes."""
+    if model.claims_stock_function():
+        return (
+            f"it computes the stock model's function {stock_function_words(model)} until it is trained "
+            "(`identity_init=True`)."
+        )
+    return (
+        "the mechanism's new parameters are initialised, not trained, and it does not compute the stock model's "
+        "function."
+    )
+
+
+def agrees_with_stock(model, outputs: torch.Tensor, stock_outputs: torch.Tensor) -> tuple[bool, float]:
+    """Whether `outputs` are the stock model's `stock_outputs` as `stock_function_words(model)` says: equal bit for bit,
+    or within `stock_function_tolerance` times the largest magnitude of `stock_outputs`. Returns `(agrees, max |diff|)`.
+    """
+    outputs, stock_outputs = outputs.float(), stock_outputs.float()
+    if outputs.shape != stock_outputs.shape:
+        return False, math.inf
+    diff = (outputs - stock_outputs).abs().max().item() if outputs.numel() else 0.0
+    bound = model.stock_function_tolerance * stock_outputs.abs().max().item() if outputs.numel() else 0.0
+    return diff <= bound, diff
+
+
+# --- exact checksums of parameter values ---------------------------------------------------------------------------
+
+_CHECKSUM_CHUNK = 1 << 24  # elements hashed at a time: bounds the float32 copy of a 16-bit tensor
+
+
+@torch.no_grad()
+def tensor_checksum(tensor: torch.Tensor) -> str:
+    """An exact checksum of a tensor's values: SHA-1 of their bytes as float32 (float64 stays float64, other dtypes
+    as they are), so that equal values give equal checksums in any float dtype that holds them exactly (a bf16
+    model cast to fp32 keeps its checksums) and any changed value changes it. Hashed in chunks on the CPU (about a
+    second per GB); a sharded tensor (FSDP's DTensor) is hashed by its local shard, which never matches the whole
+    tensor recorded at conversion (so a sharded model is never called untrained: the card then claims nothing)."""
+    to_local = getattr(tensor, "to_local", None)
+    flat = (to_local() if to_local is not None else tensor).detach().reshape(-1)
+    digest = hashlib.sha1(usedforsecurity=False)
+    for start in range(0, flat.numel(), _CHECKSUM_CHUNK):
+        chunk = flat[start : start + _CHECKSUM_CHUNK]
+        if chunk.is_floating_point() and chunk.dtype != torch.float64:
+            chunk = chunk.float()
+        digest.update(chunk.cpu().contiguous().view(torch.uint8).numpy())
+    return digest.hexdigest()
+
+
+def parameter_checksums(named_tensors) -> dict[str, tuple]:
+    """`{name: (shape, tensor_checksum)}` for `(name, tensor)` pairs (`model.named_parameters()`)."""
+    return {name: (tuple(t.shape), tensor_checksum(t)) for name, t in named_tensors}
+
+
+# --- saving a folder safely ----------------------------------------------------------------------------------------
+
+_STAGING_JOURNAL = ".interlayer-carried.json"  # in a complete staging folder: the entries carried over from the old one
+_WEIGHTS_FILE = re.compile(
+    r"(model|pytorch_model)(\.[\w-]+)?(-\d{5}-of-\d{5})?\.(safetensors|bin)"
+    r"|(model|pytorch_model)\.(safetensors|bin)(\.[\w-]+)?\.index(\.[\w-]+)?\.json"
+)
+
+
+def is_weights_file(name: str) -> bool:
+    """Whether `name` is a file of the model weights `save_pretrained` writes (`model.safetensors`, its shards
+    `model-00001-of-00004.safetensors` and index, their variants, and the `pytorch_model` forms)."""
+    return _WEIGHTS_FILE.fullmatch(name) is not None
+
+
+def staging_folders(output_dir) -> tuple[str, str]:
+    """The hidden folders beside `output_dir` that a safe save writes the new model into and parks the old one in
+    while it swaps them: `.NAME.interlayer-new` and `.NAME.interlayer-old`."""
+    parent, name = os.path.split(os.path.realpath(os.fspath(output_dir)))
+    return os.path.join(parent, f".{name}.interlayer-new"), os.path.join(parent, f".{name}.interlayer-old")
+
+
+def can_stage_beside(output_dir) -> bool:
+    """Whether a save into `output_dir` can be staged beside it: on a POSIX system (where a folder with open files,
+    such as a Trainer's TensorBoard logs, can be renamed, and a rename replaces an empty folder), when it is not a
+    mount point (which cannot be renamed), nor the working directory or a folder above it, and its parent (or the
+    nearest folder above that exists) can be written."""
+    target = os.path.realpath(os.fspath(output_dir))
+    parent = os.path.dirname(target)
+    while not os.path.isdir(parent) and os.path.dirname(parent) != parent:
+        parent = os.path.dirname(parent)
+    cwd = os.path.realpath(os.getcwd())
+    holds_cwd = cwd == target or cwd.startswith(target + os.sep)  # renamed away, it would leave the process nowhere
+    return os.name == "posix" and not os.path.ismount(target) and not holds_cwd and os.access(parent, os.W_OK)
+
+
+def warn_saving_in_place(output_dir) -> None:
+    logger.warning(
+        f"{output_dir} cannot be saved through a folder beside it (a mount point, the working directory or a folder "
+        "above it, a parent without write access, or not a POSIX system): saving in place, as transformers does; a "
+        "save interrupted there can leave a folder that mixes two models."
+    )
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    elif os.path.lexists(path):
+        os.remove(path)
+
+
+def recover_interrupted_save(output_dir) -> None:
+    """Finish or undo what a save killed part-way left behind, so that `output_dir` holds a whole model: a complete
+    staging folder whose swap was cut between its two renames goes into place; a complete one whose swap had not
+    started gives back the entries carried into it and is removed; an incomplete one is removed; the previous model
+    parked in `.NAME.interlayer-old` goes back if `output_dir` is missing, and is removed otherwise."""
+    output_dir = os.path.realpath(os.fspath(output_dir))
+    new, old = staging_folders(output_dir)
+    journal = os.path.join(new, _STAGING_JOURNAL)
+    if os.path.isfile(journal):
+        if not os.path.exists(output_dir):
+            os.replace(new, output_dir)
+        else:
+            with open(journal, encoding="utf-8") as f:
+                carried = json.load(f)
+            for name in carried:
+                if os.path.lexists(os.path.join(new, name)) and not os.path.lexists(os.path.join(output_dir, name)):
+                    os.replace(os.path.join(new, name), os.path.join(output_dir, name))
+    _remove(new)
+    if os.path.isdir(old):
+        if os.path.exists(output_dir):
+            _remove(old)
+        else:
+            os.replace(old, output_dir)
+    if os.path.isdir(output_dir) and os.path.lexists(os.path.join(output_dir, _STAGING_JOURNAL)):
+        os.remove(os.path.join(output_dir, _STAGING_JOURNAL))
+
+
+def swap_into_place(output_dir, write, keep=None) -> str:
+    """Write a folder safely: `write(staging)` fills a hidden folder beside `output_dir`, which then takes its place,
+    so that a process killed at any moment leaves `output_dir` with the previous content or the new, never a mix.
+
+    `keep(name) -> bool` names entries of the existing folder to carry into the new one (those the new one does not
+    have): they are listed in a journal in the staging folder, then moved, then the old folder is parked as
+    `.NAME.interlayer-old` and the staging folder renamed into place. An exception puts everything back; after a
+    kill, `recover_interrupted_save` (which the next save into the folder runs first) finishes the swap or undoes it
+    from the journal. Returns the folder's path."""
+    output_dir = os.path.realpath(os.fspath(output_dir))
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise FileExistsError(f"{output_dir} exists and is not a folder.")
+    recover_interrupted_save(output_dir)
+    new, old = staging_folders(output_dir)
+    os.makedirs(new)
+    carried: list[str] = []
+    try:
+        write(new)
+        if os.path.isdir(output_dir):
+            shutil.copymode(output_dir, new)  # the folder keeps its permissions (a group-writable shared folder)
+        if keep is not None and os.path.isdir(output_dir):
+            present = set(os.listdir(new))
+            carried = sorted(n for n in os.listdir(output_dir) if n not in present and keep(n))
+        with open(os.path.join(new, _STAGING_JOURNAL + ".tmp"), "w", encoding="utf-8") as f:
+            json.dump(carried, f)
+        os.replace(os.path.join(new, _STAGING_JOURNAL + ".tmp"), os.path.join(new, _STAGING_JOURNAL))
+        for name in carried:
+            os.replace(os.path.join(output_dir, name), os.path.join(new, name))
+        if os.path.exists(output_dir):
+            os.replace(output_dir, old)
+        os.replace(new, output_dir)
+    except BaseException:
+        if os.path.isdir(old) and not os.path.exists(output_dir):
+            os.replace(old, output_dir)
+        if os.path.isdir(new):  # the swap did not happen: what was carried goes back
+            for name in carried:
+                if os.path.lexists(os.path.join(new, name)):
+                    os.replace(os.path.join(new, name), os.path.join(output_dir, name))
+            _remove(new)
+        raise
+    os.remove(os.path.join(output_dir, _STAGING_JOURNAL))
+    if os.path.exists(old):
+        _remove(old)
+        if os.path.exists(old):
+            warnings.warn(f"The model is saved in {output_dir}, but the previous one could not be removed from {old}.")
+    return output_dir
+
+
+# --- the card's metadata -------------------------------------------------------------------------------------------
+
 _HUB_CACHE_FOLDER = re.compile(r"models--([^/\\]+)--([^/\\]+)")
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
 
 
 def hub_id(source) -> str | None:
     """The Hub id of a stock checkpoint: `source` itself when it is one, the id inside a Hugging Face cache path
-    (`.../models--org--name/snapshots/...`), otherwise None (a local folder's path is never a Hub id)."""
+    (`.../models--org--name/snapshots/...`), otherwise None (a local folder's path, as `from_pretrained` records it
+    with a `./` or absolute path, is never a Hub id)."""
     if not source:
         return None
     source = str(source)
@@ -693,17 +966,48 @@ def hub_id(source) -> str | None:
     return source
 
 
+def _recorded_source(source) -> str:
+    """How a conversion records its stock checkpoint: a Hub id as it is, a local folder as a path that cannot be read
+    as a Hub id (`./minilm` for `minilm`), so that the card never names a local folder as a Hub model."""
+    source = str(source)
+    if os.path.exists(source) and not os.path.isabs(source) and not _HUB_CACHE_FOLDER.search(source):
+        return os.path.join(".", source) if not source.startswith(".") else source
+    return source
+
+
+_CARD_FILE_OPTIONS = ("cache_dir", "revision", "token", "local_files_only", "subfolder")
+
+
+def _card_license(source, load_kwargs: dict) -> str | None:
+    """The `license` of the model card (README.md front matter) of the checkpoint `source`, a local folder or a Hub
+    repository (its card fetched as `from_pretrained` fetches files), or None when it has none or it cannot be read."""
+    if not source:
+        return None
+    from huggingface_hub import ModelCard
+    from transformers.utils import cached_file
+
+    try:
+        path = cached_file(
+            str(source),
+            "README.md",
+            _raise_exceptions_for_missing_entries=False,
+            _raise_exceptions_for_connection_errors=False,
+            **{k: load_kwargs[k] for k in _CARD_FILE_OPTIONS if k in load_kwargs},
+        )
+        return ModelCard.load(path).data.license if path else None
+    except (OSError, ValueError):
+        return None
+
+
 def mechanism_settings(config) -> dict[str, Any]:
     """The mechanism's own config fields and their values, in declaration order."""
     return {n: getattr(config, n) for n in mechanism_field_names(type(config))}
 
 
 def auto_class_name(model) -> str:
-    auto_map = getattr(model.config, "auto_map", None) or {}
-    for key in auto_map:
-        if key.startswith("AutoModel"):
-            return key
-    return getattr(model, "_auto_class", None) or "AutoModel"
+    """The Auto class that loads `model`'s class (the one it is registered for: `AutoModelForCausalLM` for a causal
+    LM, `AutoModel` for a base model)."""
+    return type(model).__dict__.get("_auto_class") or getattr(type(model), "_auto_class", None) or "AutoModel"
 
 
 class _ScalarAsVector(ConversionOps):
