@@ -256,6 +256,11 @@ class LatentModelMixin(LatentPreTrainedMixin, DecoderStackMixin):
     """The decoder stack with latent back-projection and its two passes."""
 
     records_attentions = False  # two passes: there is no single set of attention weights
+    serving_exclusion = (
+        "the layers up to the deepest source layer attend twice a forward (the stock pass, then the latent pass) "
+        "under one layer index, and a token's latents reach the next token outside attention: a serving engine "
+        "keeps one paged key/value cache per layer index and no other state between steps (docs/serving.md)"
+    )
 
     def build_mechanism(self, config) -> None:
         pairs = config.latent_pairs
