@@ -1086,13 +1086,13 @@ class ConformanceSuite:
             )
         return next(e.model_class for e in entries if e.task == "base")
 
-    def _engine_forward(self, model_class, folder, input_ids, **options):
+    def _engine_forward(self, model_class, folder, input_ids):
         """A forward as vLLM's and SGLang's transformers backend run it: the model built with the engine's attention
-        implementation (here `interlayer_recording`, which records each call and attends as the engine does), one row of
-        flattened tokens with position ids and no attention mask, `use_cache=False`, the engine's own keyword
+        implementation (here `interlayer_recording`, which records each call and attends as the engine does), one
+        row of flattened tokens with position ids and no attention mask, `use_cache=False`, the engine's own keyword
         (`attention_instances`, a dict of one attention object per layer index) in the call, and the attention
-        output returned in the engine's layout, `(tokens, heads * head_dim)`. Returns the last hidden state and the
-        calls `(module, query shape, key shape, keyword arguments)`."""
+        output returned in the engine's layout, `(tokens, heads * head_dim)`. Returns the last hidden state, the
+        calls `(module, query shape, key shape, keyword arguments)` and the `attention_instances` passed."""
         from transformers import AttentionInterface
 
         calls = []
@@ -1102,7 +1102,7 @@ class ConformanceSuite:
             return _engine_attention(module, query, key, value, **kwargs), None
 
         AttentionInterface.register("interlayer_recording", recording_attention)
-        model = model_class.from_pretrained(folder, attn_implementation="interlayer_recording", **options).eval()
+        model = model_class.from_pretrained(folder, attn_implementation="interlayer_recording").eval()
         instances = {i: object() for i in range(model.config.num_hidden_layers)}
         positions = torch.arange(input_ids.shape[-1])[None]
         with torch.no_grad():
@@ -1140,7 +1140,7 @@ class ConformanceSuite:
         try:
             self._engine_forward(AutoModel, folder, input_ids)
         except Exception as err:  # the stock class itself does not take the engine's layout
-            pytest.skip(f"the stock {base_class.__name__} family does not meet the engine's contract either: {err}")
+            pytest.skip(f"the stock {type(stock).__name__} does not take the engine's attention layout either: {err}")
 
         hidden, calls, instances = self._engine_forward(base_class, str(saved), input_ids)
         config = calls[0][0].config if calls else base_class.config_class.from_pretrained(str(saved))
