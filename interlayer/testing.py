@@ -1120,10 +1120,11 @@ class ConformanceSuite:
         `auto_map` names an `AutoModel` class, which declares `_supports_attention_backend`; every layer's attention
         goes through the attention interface once per forward, with the engine's keyword arguments passed down, the
         layer's `layer_idx` and the config's head counts (the engine builds one attention object per layer from
-        them); the outputs equal SDPA's; the config's `base_model_tp_plan` is the stock config's and names modules
-        of the model. A mechanism whose layers attend more than once per forward (latent's two passes) must say
-        why it cannot be served in `serving_exclusion`. Wherever the stock model does not meet the engine's layout
-        (GPT-2's attention reshapes its output as 4-D), the zoo class need not either."""
+        them); the outputs equal those of eager attention; the config's `base_model_tp_plan` is the stock config's
+        and names modules of the model. A mechanism whose layers attend more than once per forward (latent's two
+        passes) must say why it cannot be served in `serving_exclusion` and declare `_supports_attention_backend =
+        False`, so that the engines do not choose their transformers backend for it. Wherever the stock model does
+        not take the engine's layout (GPT-2's attention reshapes its output as 4-D), the zoo class need not either."""
         import re
 
         from transformers import AutoModel
@@ -1134,7 +1135,9 @@ class ConformanceSuite:
         self._zoo(folder, **self.case.active_options).save_pretrained(str(saved))
         auto_map = json.load(open(saved / "config.json"))["auto_map"]
         assert auto_map.get("AutoModel", "").endswith(f".{base_class.__name__}"), auto_map
-        assert base_class.is_backend_compatible() and self.case.model_class.is_backend_compatible()
+        exclusion = getattr(base_class, "serving_exclusion", None)
+        for model_class in (base_class, self.case.model_class):
+            assert model_class.is_backend_compatible() == (not exclusion), (model_class.__name__, exclusion)
 
         input_ids = self.case.make_batch()["input_ids"][:1]
         try:
@@ -1152,7 +1155,6 @@ class ConformanceSuite:
             assert key[1:2] + key[3:] == (kv_heads, head_dim), (type(module).__name__, key)
         layers = [module.layer_idx for module, *_ in calls]
         assert sorted(set(layers)) == list(range(config.num_hidden_layers)), layers
-        exclusion = getattr(base_class, "serving_exclusion", None)
         if len(layers) != config.num_hidden_layers:
             assert exclusion, f"layers attend more than once a forward without a `serving_exclusion`: {layers}"
         else:

@@ -216,6 +216,14 @@ class LatentPreTrainedMixin(FreezeBaseMixin):
 
     mechanism_name = "Latent back-projection"
     mechanism_param_markers = ("latent_",)
+    # what a serving engine's transformers backend asks (`is_backend_compatible()`): not this model, which it would
+    # serve wrong tokens with
+    _supports_attention_backend = False
+    serving_exclusion = (
+        "the layers up to the deepest source layer attend twice a forward (the stock pass, then the latent pass) "
+        "under one layer index, and a token's latents reach the next token outside attention: a serving engine "
+        "keeps one paged key/value cache per layer index and no other state between steps (docs/serving.md)"
+    )
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -256,11 +264,6 @@ class LatentModelMixin(LatentPreTrainedMixin, DecoderStackMixin):
     """The decoder stack with latent back-projection and its two passes."""
 
     records_attentions = False  # two passes: there is no single set of attention weights
-    serving_exclusion = (
-        "the layers up to the deepest source layer attend twice a forward (the stock pass, then the latent pass) "
-        "under one layer index, and a token's latents reach the next token outside attention: a serving engine "
-        "keeps one paged key/value cache per layer index and no other state between steps (docs/serving.md)"
-    )
 
     def build_mechanism(self, config) -> None:
         pairs = config.latent_pairs
