@@ -216,6 +216,14 @@ class LatentPreTrainedMixin(FreezeBaseMixin):
 
     mechanism_name = "Latent back-projection"
     mechanism_param_markers = ("latent_",)
+    # what a serving engine's transformers backend asks (`is_backend_compatible()`): not this model, which it would
+    # serve wrong tokens with
+    _supports_attention_backend = False
+    serving_exclusion = (
+        "the layers up to the deepest source layer attend twice a forward (the stock pass, then the latent pass) "
+        "under one layer index, and a token's latents reach the next token outside attention: a serving engine "
+        "keeps one paged key/value cache per layer index and no other state between steps (docs/serving.md)"
+    )
 
     @torch.no_grad()
     def _init_weights(self, module):

@@ -224,6 +224,8 @@ class SentinelGates:
             key, value = key.index_select(1, self.kv_for_head), value.index_select(1, self.kv_for_head)
         attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_fallback)
         attn_output, attn_weights = attention_interface(self, query, key, value, attention_mask, **kwargs)
+        # a serving engine's attention function returns (tokens, heads * head_dim): the gates need the heads apart
+        attn_output = attn_output.reshape(query.shape[0], query.shape[2], query.shape[1], -1)
         if self.measure_entropy:
             self.last_entropy = self._entropy(query, key, attention_mask, kwargs.get("scaling", self.scaling))
         # seed section 2.1: head h's output scaled by its gate before the output projection
