@@ -121,17 +121,29 @@ def head_scores(model, strategy: str, batches: Iterable[dict] | None = None, see
 
 
 def select_heads_to_prune(
-    model, fraction: float, strategy: str, batches: Iterable[dict] | None = None, seed: int = 0
+    model,
+    fraction: float,
+    strategy: str,
+    batches: Iterable[dict] | None = None,
+    seed: int = 0,
+    uniform: bool = False,
 ) -> dict[int, list[int]]:
     """The least important remaining heads, by original index per layer, so that `fraction` of all the model's
-    original heads are pruned in total (heads pruned earlier count towards it)."""
+    original heads are pruned in total (heads pruned earlier count towards it).
+
+    With `uniform=True` every layer keeps the same number of heads, as a stock config describes them (what
+    `interlayer.zoo.export_stock` needs): each layer loses its least important whole key/value groups (a group is
+    one head under multi-head attention; all the query heads of a key/value head under grouped-query attention,
+    scored by the sum of their scores), `round(fraction * key/value heads)` groups per layer in total."""
     if not 0.0 <= fraction <= 1.0:
         raise ValueError(f"`fraction` must be between 0 and 1, got {fraction!r}.")
     config = _unwrap(model).config
+    scores = head_scores(model, strategy, batches, seed)
+    if uniform:
+        return _select_uniform(model, fraction, scores)
     total = config.num_hidden_layers * config.num_attention_heads
     already = sum(len(v) for v in config.pruned_heads.values())
     count = max(0, round(fraction * total) - already)
-    scores = head_scores(model, strategy, batches, seed)
     ranked = sorted(
         (float(score), layer, int(head))
         for layer, (layer_scores, attn) in enumerate(zip(scores, _attentions(model)))
@@ -143,9 +155,39 @@ def select_heads_to_prune(
     return {layer: sorted(heads) for layer, heads in sorted(chosen.items())}
 
 
-def prune_by_strategy(model, fraction, strategy, batches=None, seed=0) -> dict[int, list[int]]:
+def _select_uniform(model, fraction: float, scores: list[torch.Tensor]) -> dict[int, list[int]]:
+    """`select_heads_to_prune(uniform=True)`: the least important whole key/value groups of every layer, so that
+    each layer keeps `kv heads - round(fraction * kv heads)` groups."""
+    config = _unwrap(model).config
+    group = config.num_attention_heads // config.num_kv_heads
+    keep = config.num_kv_heads - round(fraction * config.num_kv_heads)
+    chosen: dict[int, list[int]] = {}
+    for layer, (layer_scores, attn) in enumerate(zip(scores, _attentions(model))):
+        groups: dict[int, list[tuple[float, int]]] = {}
+        for score, head in zip(layer_scores.tolist(), attn.head_ids.tolist()):
+            groups.setdefault(head // group, []).append((score, head))
+        partial = [kv for kv, members in groups.items() if len(members) != group]
+        if partial:
+            raise ValueError(
+                f"uniform pruning removes whole key/value groups of {group} query heads, but layer {layer} has a "
+                f"partly pruned group (key/value head {partial[0]} keeps query heads "
+                f"{[h for _, h in groups[partial[0]]]}); prune from the unpruned model."
+            )
+        if len(groups) < keep:
+            raise ValueError(
+                f"uniform pruning to fraction {fraction} keeps {keep} key/value groups per layer, but layer {layer} "
+                f"has only {len(groups)} left; prune from the unpruned model, or with a larger fraction."
+            )
+        ranked = sorted(groups, key=lambda kv: (sum(score for score, _ in groups[kv]), kv))
+        heads = sorted(head for kv in ranked[: len(groups) - keep] for _, head in groups[kv])
+        if heads:
+            chosen[layer] = heads
+    return chosen
+
+
+def prune_by_strategy(model, fraction, strategy, batches=None, seed=0, uniform=False) -> dict[int, list[int]]:
     """Choose heads with `select_heads_to_prune` and remove them structurally; returns what was pruned."""
-    chosen = select_heads_to_prune(model, fraction, strategy, batches, seed)
+    chosen = select_heads_to_prune(model, fraction, strategy, batches, seed, uniform=uniform)
     _unwrap(model).prune_heads(chosen)
     return chosen
 
