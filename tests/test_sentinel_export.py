@@ -12,10 +12,10 @@ import sys
 import pytest
 import torch
 from attention_bridge_fixtures import build_stock_marian
-from bridge_fixtures import build_stock_roberta, pair_batch
+from bridge_fixtures import pair_batch
 from gpt2_fixtures import build_stock_gpt2, lm_batch
 from hc_fixtures import build_stock_llama, build_stock_qwen3
-from test_sentinel_conformance import build_stock_qwen2
+from test_sentinel_conformance import build_stock_bert, build_stock_qwen2, build_stock_roberta
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, GPT2LMHeadModel
 
 from interlayer import convert
@@ -258,3 +258,25 @@ def test_attention_bridges_leave_only_as_the_identity(tmp_path):
     default, _ = convert(str(tmp_path / "marian"), "attention-bridge")
     with pytest.raises(ValueError, match="identity_init=False.*does not compute the stock function"):
         to_stock(default)
+
+
+@pytest.mark.parametrize("family, build", [("bert", build_stock_bert), ("roberta", build_stock_roberta)])
+def test_encoders_leave_unpruned_and_refuse_pruned(tmp_path, family, build, capsys):
+    """A BERT or RoBERTa classifier with trained gates leaves as its stock class (gates folded into
+    attention.output.dense), logits equal; pruned, it is refused (the stock head size is hidden_size /
+    num_attention_heads), from the shell too."""
+    build(str(tmp_path / family))
+    model, _ = convert(str(tmp_path / family), "sentinel")
+    model.eval()
+    trained_gates(model)
+    batch = pair_batch(family)
+    stock = to_stock(model)
+    assert type(stock).__name__ == f"{type(stock.base_model).__name__[:-5]}ForSequenceClassification"
+    with torch.no_grad():
+        torch.testing.assert_close(stock(**batch).logits, model(**batch).logits)
+    args = ["--strategy", "magnitude", "--fraction", "0.5", "--uniform", "--stock"]
+    assert main(["prune", str(tmp_path / family), str(tmp_path / "out"), *args]) == 2
+    assert "hidden_size / num_attention_heads" in capsys.readouterr().err
+    assert main(["prune", str(tmp_path / family), str(tmp_path / "zoo"), *args[:-1]]) == 0
+    pruned = AutoModelForSequenceClassification.from_pretrained(str(tmp_path / "zoo"))
+    assert {a.num_heads for a in pruned.gated_attentions} == {2}

@@ -640,7 +640,7 @@ class SentinelPreTrainedMixin(ZooModelMixin):
         them)."""
         c, name = self.config, type(self).__name__
         family = f"stock {c.sentinel_family}"
-        fusions = [layer.unet_fuse for layer in self.sentinel_layers if layer.unet_fuse is not None]
+        fusions = [f for f in (getattr(layer, "unet_fuse", None) for layer in self.sentinel_layers) if f is not None]
         if any(bool(f.weight.any() or f.bias.any()) for f in fusions):
             raise ValueError(
                 f"{name} cannot be exported as a {family} checkpoint: its U-Net skips (unet_skips=True) have been "
