@@ -187,7 +187,8 @@ def find_entry(mechanism: str, model_type: str, task: str) -> ZooEntry:
         raise ValueError(f"`task` must be one of {TASKS}, got {task!r}.")
     for entry in ZOO:
         if entry.mechanism == mechanism and task == entry.task:
-            if model_type in (entry.stock_model_type, entry.config_class.model_type):
+            legacy = getattr(entry.config_class, "legacy_model_types", ())
+            if model_type in (entry.stock_model_type, entry.config_class.model_type, *legacy):
                 return entry
     supported = sorted({e.stock_model_type for e in ZOO if e.mechanism == mechanism and e.task == task})
     if supported:

@@ -280,3 +280,17 @@ def test_encoders_leave_unpruned_and_refuse_pruned(tmp_path, family, build, caps
     assert main(["prune", str(tmp_path / family), str(tmp_path / "zoo"), *args[:-1]]) == 0
     pruned = AutoModelForSequenceClassification.from_pretrained(str(tmp_path / "zoo"))
     assert {a.num_heads for a in pruned.gated_attentions} == {2}
+
+
+def test_prune_from_the_shell_takes_a_folder_saved_before_the_rename(tmp_path):
+    """A GPT-2 sentinel folder saved as model_type `gated_gpt2` (before the mechanism's rename), which the previous
+    GPT-2-only command loaded, is still pruned from the shell."""
+    model = converted(tmp_path, "gpt2")
+    model.save_pretrained(str(tmp_path / "old"))
+    config = json.loads((tmp_path / "old" / "config.json").read_text())
+    config.update(model_type="gated_gpt2", architectures=["GatedGPT2LMHeadModel"])
+    (tmp_path / "old" / "config.json").write_text(json.dumps(config))
+    args = ["--strategy", "magnitude", "--fraction", "0.5", "--uniform"]
+    assert main(["prune", str(tmp_path / "old"), str(tmp_path / "out"), *args]) == 0
+    pruned = AutoModelForCausalLM.from_pretrained(str(tmp_path / "out"))
+    assert {a.num_heads for a in pruned.gated_attentions} == {2}
