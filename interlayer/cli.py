@@ -72,6 +72,15 @@ def cmd_prune(args) -> int:
     prepare_output_dir(args.output, args.overwrite)
     model, task = load_sentinel(args.model)
     model.eval()
+    c = model.config
+    removes = round(args.fraction * (c.num_kv_heads if args.uniform else c.num_hidden_layers * c.num_attention_heads))
+    if args.stock and model.stock_head_count_limit and (c.pruned_heads or removes):
+        # refused before scoring heads (which can take long): any pruned head leaves this family without a stock config
+        raise ValueError(
+            f"--stock: a pruned {c.sentinel_family} model has no stock config ({model.stock_head_count_limit}, and "
+            "transformers 5 has no `prune_heads`); save the pruned model without --stock, or export the unpruned one "
+            "(--fraction 0)"
+        )
     batches = None
     if args.strategy in ("entropy", "importance"):
         if not args.text_file:
@@ -91,7 +100,6 @@ def cmd_prune(args) -> int:
         saved = export_stock(model, args.output, tokenizer_source=args.model, overwrite=args.overwrite)
     else:
         saved = save_atomically(model, args.output, tokenizer_source=args.model, overwrite=args.overwrite)
-    c = model.config
     removed = sum(len(v) for v in c.pruned_heads.values())
     total = c.num_hidden_layers * c.num_attention_heads
     print(f"pruned {sum(len(v) for v in pruned.values())} heads by {args.strategy}: {pruned}")

@@ -162,7 +162,8 @@ def test_prune_from_the_shell_takes_a_saved_sentinel_folder_of_any_family(tmp_pa
 
 def test_pruned_gpt2_refuses_stock_saying_why(tmp_path, capsys):
     """Stock GPT-2 derives its head size as n_embd / n_head, so a GPT-2 with fewer heads has no stock config: the
-    export is refused with that reason, from Python and from the shell, and nothing is written."""
+    export is refused with that reason, from Python and from the shell (before any head is scored), and nothing is
+    written."""
     model = converted(tmp_path, "gpt2")
     prune_by_strategy(model, 0.5, "magnitude", uniform=True)
     with pytest.raises(ValueError, match=r"keep 2 of 4 heads.*GPT2Attention derives its head size as n_embd / n_head"):
@@ -170,6 +171,10 @@ def test_pruned_gpt2_refuses_stock_saying_why(tmp_path, capsys):
     args = ["--strategy", "magnitude", "--fraction", "0.5", "--uniform", "--stock"]
     assert main(["prune", str(tmp_path / "gpt2"), str(tmp_path / "out"), *args]) == 2
     assert "n_embd / n_head" in capsys.readouterr().err
+    # refused before heads are scored on data (the text file is never read)
+    args = ["--strategy", "importance", "--text-file", str(tmp_path / "absent.txt"), "--fraction", "0.5", "--stock"]
+    assert main(["prune", str(tmp_path / "gpt2"), str(tmp_path / "out"), *args]) == 2
+    assert "a pruned gpt2 model has no stock config (the stock GPT2Attention" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
 
