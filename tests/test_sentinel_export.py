@@ -100,11 +100,14 @@ def test_uniform_pruning_removes_whole_key_value_groups(tmp_path):
     assert select_heads_to_prune(model, 0.0, "magnitude", uniform=True) == {}
     prune_by_strategy(model, 0.3, "magnitude", uniform=True)
     assert {(a.num_heads, a.num_kv_heads) for a in model.gated_attentions} == {(2, 1)}
-    # a model pruned non-uniformly before (a partial group) is refused, naming the group
+    # a model pruned non-uniformly before (a partial group) is refused, naming the group, before any head is scored
+    # (entropy without batches would fail on the data)
     other = converted(tmp_path / "b", "llama")
     other.prune_heads({0: [1]})
     with pytest.raises(ValueError, match="layer 0 has a partly pruned group .key/value head 0"):
-        select_heads_to_prune(other, 0.5, "magnitude", uniform=True)
+        select_heads_to_prune(other, 0.5, "entropy", uniform=True)
+    with pytest.raises(ValueError, match="keeps 2 key/value groups per layer, but layer 0 has only 1 left"):
+        select_heads_to_prune(model, 0.0, "entropy", uniform=True)
 
 
 @pytest.mark.parametrize("family", sorted(DECODERS))
