@@ -44,36 +44,69 @@ def cmd_convert(args) -> int:
     return 0
 
 
+def load_sentinel(source: str):
+    """The sentinel model in `source`: a saved sentinel folder of any family, or a stock checkpoint converted on the
+    way (for the task it was saved for)."""
+    from transformers import PretrainedConfig
+
+    from .zoo import check_local_source, convert, default_task, find_entry
+
+    check_local_source(source)
+    config_dict, _ = PretrainedConfig.get_config_dict(source)
+    task = default_task(config_dict)
+    entry = find_entry("sentinel", config_dict.get("model_type"), task)
+    if config_dict.get("model_type") == entry.stock_model_type:
+        return convert(source, "sentinel", task=task)[0], task
+    return entry.model_class.from_pretrained(source), task
+
+
 def cmd_prune(args) -> int:
     from transformers import AutoTokenizer
 
-    from .models.modeling_sentinel import GPT2SentinelLMHeadModel
     from .sentinel import prune_by_strategy
     from .training import lm_batches, lm_blocks
-    from .zoo import prepare_output_dir, save_atomically
+    from .zoo import export_stock, prepare_output_dir, save_atomically
 
     if not 0.0 <= args.fraction <= 1.0:
         raise ValueError(f"--fraction must be between 0 and 1, got {args.fraction}")
     prepare_output_dir(args.output, args.overwrite)
-    model = GPT2SentinelLMHeadModel.from_pretrained(args.model).eval()
+    model, task = load_sentinel(args.model)
+    model.eval()
+    c = model.config
+    removes = round(args.fraction * (c.num_kv_heads if args.uniform else c.num_hidden_layers * c.num_attention_heads))
+    if args.stock and model.stock_head_count_limit and (c.pruned_heads or removes):
+        # refused before scoring heads (which can take long): any pruned head leaves this family without a stock config
+        raise ValueError(
+            f"--stock: a pruned {c.sentinel_family} model has no stock config ({model.stock_head_count_limit}, and "
+            "transformers 5 has no `prune_heads`); save the pruned model without --stock, or export the unpruned one "
+            "(--fraction 0)"
+        )
     batches = None
     if args.strategy in ("entropy", "importance"):
         if not args.text_file:
             raise ValueError(f"--strategy {args.strategy} scores heads on data: pass --text-file")
+        if args.strategy == "importance" and task != "causal-lm":
+            raise ValueError(
+                f"--strategy importance scores heads by the language-modelling loss on --text-file; {args.model} is a "
+                f"{task} model: use entropy, magnitude or random"
+            )
         tokenizer = AutoTokenizer.from_pretrained(args.model)
         with open(args.text_file, encoding="utf-8") as f:
             ids = tokenizer(f.read())["input_ids"]
         batches = lm_batches(lm_blocks(ids, args.seq_len), args.batch_size, limit=args.batches)
     before = model.parameter_report()["total"]
-    pruned = prune_by_strategy(model, args.fraction, args.strategy, batches, seed=args.seed)
-    saved = save_atomically(model, args.output, tokenizer_source=args.model, overwrite=args.overwrite)
-    c = model.config
+    pruned = prune_by_strategy(model, args.fraction, args.strategy, batches, seed=args.seed, uniform=args.uniform)
+    if args.stock:
+        saved = export_stock(model, args.output, tokenizer_source=args.model, overwrite=args.overwrite)
+    else:
+        saved = save_atomically(model, args.output, tokenizer_source=args.model, overwrite=args.overwrite)
     removed = sum(len(v) for v in c.pruned_heads.values())
     total = c.num_hidden_layers * c.num_attention_heads
     print(f"pruned {sum(len(v) for v in pruned.values())} heads by {args.strategy}: {pruned}")
     print(f"  heads removed in total: {removed} of {total} ({100 * removed / total:.1f}% of attention heads)")
     print(f"  parameters: {before:,} -> {model.parameter_report()['total']:,}")
-    print(f"  saved: {saved}")
+    kind = f"stock {c.sentinel_family} checkpoint (gates folded into the output projections)" if args.stock else ""
+    print(f"  saved: {saved} {kind}".rstrip())
     return 0
 
 
@@ -212,8 +245,10 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("--overwrite", action="store_true")
     convert.set_defaults(func=cmd_convert)
 
-    prune = sub.add_parser("prune", help="remove attention heads of a (sentinel-gated) GPT-2 by a strategy")
-    prune.add_argument("model", help="a sentinel GPT-2 folder, or a stock GPT-2 checkpoint (converted on the way)")
+    prune = sub.add_parser("prune", help="remove attention heads of a sentinel-gated model by a strategy")
+    prune.add_argument(
+        "model", help="a saved sentinel model of any family, or a stock checkpoint of one (converted on the way)"
+    )
     prune.add_argument("output")
     prune.add_argument("--strategy", required=True, choices=["entropy", "magnitude", "random", "importance"])
     prune.add_argument("--fraction", type=float, required=True, help="fraction of all heads pruned in total")
@@ -222,6 +257,17 @@ def build_parser() -> argparse.ArgumentParser:
     prune.add_argument("--batch-size", type=int, default=4)
     prune.add_argument("--seq-len", type=int, default=128)
     prune.add_argument("--seed", type=int, default=0)
+    prune.add_argument(
+        "--uniform",
+        action="store_true",
+        help="every layer keeps the same number of heads: whole key/value groups, round(fraction * kv heads) per layer",
+    )
+    prune.add_argument(
+        "--stock",
+        action="store_true",
+        help="save a stock checkpoint of the family (gates folded into the output projections; no remote code); "
+        "needs a uniformly pruned Llama, Qwen2 or Qwen3, or an unpruned model of any family",
+    )
     prune.add_argument("--overwrite", action="store_true")
     prune.set_defaults(func=cmd_prune)
 

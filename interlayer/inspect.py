@@ -19,7 +19,7 @@ import torch
 
 from .models.configuration_attention_bridge import FIXED_LENGTH_TYPES
 from .models.zoo_common import agrees_with_stock, field_defaults, mechanism_field_names, stock_function_words
-from .zoo import ZOO
+from .zoo import ZOO, stock_config
 
 SAMPLE_SENTENCES = (
     "The cat sat on the mat.",
@@ -136,13 +136,8 @@ def _main_output(outputs) -> torch.Tensor:
 def stock_model(model, entry):
     """The stock model of the zoo model's family and task, with the zoo model's stock weights (same names), or
     `(None, reason)` when the zoo model does not keep every stock weight in the stock shape."""
-    from transformers import AutoConfig
-
-    config_dict = model.config.to_dict()
-    for name in [*mechanism_field_names(type(model.config)), "auto_map", "architectures", "model_type"]:
-        config_dict.pop(name, None)
-    stock_config = AutoConfig.for_model(entry.stock_model_type, **config_dict)
-    stock = entry.auto_class.from_config(stock_config, attn_implementation=model.config._attn_implementation)
+    config = stock_config(model, entry)
+    stock = entry.auto_class.from_config(config, attn_implementation=model.config._attn_implementation)
     ours = model.state_dict()
     wanted = stock.state_dict()
     missing = [k for k in wanted if k not in ours]

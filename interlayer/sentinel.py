@@ -121,17 +121,30 @@ def head_scores(model, strategy: str, batches: Iterable[dict] | None = None, see
 
 
 def select_heads_to_prune(
-    model, fraction: float, strategy: str, batches: Iterable[dict] | None = None, seed: int = 0
+    model,
+    fraction: float,
+    strategy: str,
+    batches: Iterable[dict] | None = None,
+    seed: int = 0,
+    uniform: bool = False,
 ) -> dict[int, list[int]]:
     """The least important remaining heads, by original index per layer, so that `fraction` of all the model's
-    original heads are pruned in total (heads pruned earlier count towards it)."""
+    original heads are pruned in total (heads pruned earlier count towards it).
+
+    With `uniform=True` every layer keeps the same number of heads, as a stock config describes them (what
+    `interlayer.zoo.export_stock` needs): each layer loses its least important whole key/value groups (a group is
+    one head under multi-head attention; all the query heads of a key/value head under grouped-query attention,
+    scored by the sum of their scores), `round(fraction * key/value heads)` groups per layer in total."""
     if not 0.0 <= fraction <= 1.0:
         raise ValueError(f"`fraction` must be between 0 and 1, got {fraction!r}.")
     config = _unwrap(model).config
+    if uniform:
+        groups = _uniform_groups(model, fraction)  # checked before the heads are scored, which can take long
+        return _select_uniform(model, fraction, groups, head_scores(model, strategy, batches, seed))
+    scores = head_scores(model, strategy, batches, seed)
     total = config.num_hidden_layers * config.num_attention_heads
     already = sum(len(v) for v in config.pruned_heads.values())
     count = max(0, round(fraction * total) - already)
-    scores = head_scores(model, strategy, batches, seed)
     ranked = sorted(
         (float(score), layer, int(head))
         for layer, (layer_scores, attn) in enumerate(zip(scores, _attentions(model)))
@@ -143,9 +156,51 @@ def select_heads_to_prune(
     return {layer: sorted(heads) for layer, heads in sorted(chosen.items())}
 
 
-def prune_by_strategy(model, fraction, strategy, batches=None, seed=0) -> dict[int, list[int]]:
+def _uniform_groups(model, fraction: float) -> list[dict[int, list[int]]]:
+    """The remaining query heads of each layer by key/value head, once checked that uniform pruning to `fraction`
+    can leave every layer the same whole groups."""
+    config = _unwrap(model).config
+    group = config.num_attention_heads // config.num_kv_heads
+    keep = config.num_kv_heads - round(fraction * config.num_kv_heads)
+    layers = []
+    for layer, attn in enumerate(_attentions(model)):
+        groups: dict[int, list[int]] = {}
+        for head in attn.head_ids.tolist():
+            groups.setdefault(head // group, []).append(head)
+        partial = [kv for kv, members in groups.items() if len(members) != group]
+        if partial:
+            raise ValueError(
+                f"uniform pruning removes whole key/value groups of {group} query heads, but layer {layer} has a "
+                f"partly pruned group (key/value head {partial[0]} keeps query heads {groups[partial[0]]}); prune "
+                "from the unpruned model."
+            )
+        if len(groups) < keep:
+            raise ValueError(
+                f"uniform pruning to fraction {fraction} keeps {keep} key/value groups per layer, but layer {layer} "
+                f"has only {len(groups)} left; prune from the unpruned model, or with a larger fraction."
+            )
+        layers.append(groups)
+    return layers
+
+
+def _select_uniform(model, fraction, groups, scores) -> dict[int, list[int]]:
+    """`select_heads_to_prune(uniform=True)`: the least important whole key/value groups of every layer (by the sum
+    of their query heads' scores), so that each layer keeps `kv heads - round(fraction * kv heads)` groups."""
+    config = _unwrap(model).config
+    keep = config.num_kv_heads - round(fraction * config.num_kv_heads)
+    chosen: dict[int, list[int]] = {}
+    for layer, (layer_groups, layer_scores, attn) in enumerate(zip(groups, scores, _attentions(model))):
+        score = dict(zip(attn.head_ids.tolist(), layer_scores.tolist()))
+        ranked = sorted(layer_groups, key=lambda kv: (sum(score[h] for h in layer_groups[kv]), kv))
+        heads = sorted(h for kv in ranked[: len(layer_groups) - keep] for h in layer_groups[kv])
+        if heads:
+            chosen[layer] = heads
+    return chosen
+
+
+def prune_by_strategy(model, fraction, strategy, batches=None, seed=0, uniform=False) -> dict[int, list[int]]:
     """Choose heads with `select_heads_to_prune` and remove them structurally; returns what was pruned."""
-    chosen = select_heads_to_prune(model, fraction, strategy, batches, seed)
+    chosen = select_heads_to_prune(model, fraction, strategy, batches, seed, uniform=uniform)
     _unwrap(model).prune_heads(chosen)
     return chosen
 

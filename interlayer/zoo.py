@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 import sys
@@ -186,7 +187,8 @@ def find_entry(mechanism: str, model_type: str, task: str) -> ZooEntry:
         raise ValueError(f"`task` must be one of {TASKS}, got {task!r}.")
     for entry in ZOO:
         if entry.mechanism == mechanism and task == entry.task:
-            if model_type in (entry.stock_model_type, entry.config_class.model_type):
+            legacy = getattr(entry.config_class, "legacy_model_types", ())
+            if model_type in (entry.stock_model_type, entry.config_class.model_type, *legacy):
                 return entry
     supported = sorted({e.stock_model_type for e in ZOO if e.mechanism == mechanism and e.task == task})
     if supported:
@@ -302,6 +304,59 @@ def convert(
         )
     report = ConversionReport(entry, missing, unexpected, new_mechanism, new_head, model.parameter_report())
     return model, report
+
+
+def model_entry(model) -> ZooEntry:
+    """The zoo entry of a zoo model (its mechanism, stock family and task)."""
+    for entry in ZOO:
+        if entry.model_class is type(model):
+            return entry
+    raise ValueError(f"{type(model).__name__} is not a zoo model class; `interlayer list` shows them.")
+
+
+def stock_config(model, entry: ZooEntry, **changes) -> PretrainedConfig:
+    """The stock config of the zoo model's family: its config without the mechanism's options, with `changes`."""
+    from transformers import AutoConfig
+
+    config_dict = model.config.to_dict()
+    for name in [*mechanism_field_names(type(model.config)), "auto_map", "architectures", "model_type"]:
+        config_dict.pop(name, None)
+    return AutoConfig.for_model(entry.stock_model_type, **{**config_dict, **changes})
+
+
+def to_stock(model) -> PreTrainedModel:
+    """The stock model (the family's stock class for the zoo model's task) that computes what `model` computes, in
+    `model`'s dtype, from `model.stock_export()`: the sentinel gates folded into the output projections, a uniformly
+    pruned model's head counts in the config; an untrained identity conversion of any mechanism as its stock
+    weights. Raises ValueError saying why when the mechanism cannot leave."""
+    entry = model_entry(model)
+    changes, state = model.stock_export()
+    config = stock_config(model, entry, **changes)
+    stock = entry.auto_class.from_config(
+        config, dtype=model.dtype, attn_implementation=model.config._attn_implementation
+    )
+    wanted = stock.state_dict()
+    missing = [k for k in wanted if k not in state]
+    reshaped = [
+        f"{k} {tuple(state[k].shape)} -> {tuple(v.shape)}"
+        for k, v in wanted.items()
+        if k in state and state[k].shape != v.shape
+    ]
+    if missing or reshaped:
+        raise ValueError(
+            f"{type(model).__name__} does not fit the stock {type(stock).__name__}: missing weights {missing[:4]}, "
+            f"weights of another shape {reshaped[:4]}."
+        )
+    stock.load_state_dict({k: state[k] for k in wanted})
+    if model.can_generate():
+        stock.generation_config = copy.deepcopy(model.generation_config)
+    return stock.train(model.training)
+
+
+def export_stock(model, output_dir: str, tokenizer_source: str | None = None, overwrite: bool = False) -> str:
+    """Save `to_stock(model)` as a stock checkpoint of the model's family (config and weights only: no remote code,
+    loaded by the stock class), with the tokenizer of `tokenizer_source`, safely (`save_atomically`)."""
+    return save_atomically(to_stock(model), output_dir, tokenizer_source=tokenizer_source, overwrite=overwrite)
 
 
 def check_local_source(source) -> None:

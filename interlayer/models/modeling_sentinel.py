@@ -524,6 +524,9 @@ class SentinelPreTrainedMixin(ZooModelMixin):
     mechanism_param_markers = ("sentinel_", "unet_")
     sentinel_roles: SentinelRoles
     sentinel_layer_path: str
+    # why the family's stock attention cannot take fewer heads of the same size from its config (empty: it can, with
+    # the config's `head_dim`)
+    stock_head_count_limit: str = ""
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -629,6 +632,65 @@ class SentinelPreTrainedMixin(ZooModelMixin):
         self.prune_heads(masked)
         return masked
 
+    @torch.no_grad()
+    def stock_export(self) -> tuple[dict, dict[str, torch.Tensor]]:
+        """The stock checkpoint that computes what this model computes (see `ZooModelMixin.stock_export`): each
+        remaining head's gate folded into its input columns of the output projection, and, after pruning, the head
+        counts in the config. Refused, saying why, when layers keep different numbers of heads or groups of
+        different sizes (prune with `uniform=True`), when the family's stock attention cannot take fewer heads at
+        the same head size (`stock_head_count_limit`), or when U-Net skips have left zero (no stock class has
+        them)."""
+        c, name = self.config, type(self).__name__
+        family = f"stock {c.sentinel_family}"
+        fusions = [f for f in (getattr(layer, "unet_fuse", None) for layer in self.sentinel_layers) if f is not None]
+        if any(bool(f.weight.any() or f.bias.any()) for f in fusions):
+            raise ValueError(
+                f"{name} cannot be exported as a {family} checkpoint: its U-Net skips (unet_skips=True) have been "
+                "trained away from zero, and no stock class joins one layer's output into another's."
+            )
+        attns = self.gated_attentions
+        counts = [(a.num_heads, a.num_kv_heads) for a in attns]
+        if len(set(counts)) > 1:
+            raise ValueError(
+                f"{name} cannot be exported as a {family} checkpoint: its layers keep different numbers of "
+                f"(query, key/value) heads {counts}, and a stock config has one head count for every layer. Prune "
+                "with `uniform=True` (`interlayer prune --uniform`)."
+            )
+        heads, kv_heads = counts[0]
+        if heads == 0:
+            raise ValueError(f"{name} cannot be exported as a {family} checkpoint: every attention head is pruned.")
+        for attn in attns:
+            grouped = torch.arange(heads, device=attn.kv_for_head.device) // (heads // kv_heads)
+            if heads % kv_heads or not torch.equal(attn.kv_for_head, grouped):
+                raise ValueError(
+                    f"{name} cannot be exported as a {family} checkpoint: layer {attn.layer_idx} keeps query heads "
+                    f"{attn.head_ids.tolist()} of key/value heads {attn.kv_head_ids.tolist()}, groups of different "
+                    "sizes that stock grouped-query attention cannot express. Prune whole groups (`uniform=True`)."
+                )
+        if heads != c.num_attention_heads and self.stock_head_count_limit:
+            raise ValueError(
+                f"{name} cannot be exported as a {family} checkpoint: its layers keep {heads} of "
+                f"{c.num_attention_heads} heads, and {self.stock_head_count_limit}, so fewer heads of the same size "
+                "have no stock config (transformers 5 has no `prune_heads`). Only the unpruned model (gates folded "
+                "into the output projection) leaves as a stock checkpoint of this family."
+            )
+        state = self.state_dict()
+        names = {module: path for path, module in self.named_modules()}
+        for layer, attn in zip(self.sentinel_layers, attns):
+            gates = attn.gates().float()
+            if bool((gates == 1).all()):
+                continue  # the identity: the stock weights as they are, bit for bit
+            out = layer.get_submodule(self.sentinel_roles.out)
+            _, in_dim = _feature_dims(out)
+            scale = gates.repeat_interleave(attn.head_dim).to(out.weight.device)
+            shape = [1, 1]
+            shape[in_dim] = -1
+            state[f"{names[out]}.weight"] = (out.weight.float() * scale.view(shape)).to(out.weight.dtype)
+        changes = {}
+        if heads != c.num_attention_heads:
+            changes = {"num_attention_heads": heads, "num_key_value_heads": kv_heads, "head_dim": attns[0].head_dim}
+        return changes, state
+
     def mechanism_summary(self) -> str:
         c = self.config
         pruned = sum(len(v) for v in c.pruned_heads.values())
@@ -723,6 +785,7 @@ class GPT2SentinelPreTrainedMixin(SentinelPreTrainedMixin):
     config_class = GPT2SentinelConfig
     sentinel_roles = SentinelRoles(attention="attn", qkv=("attn.c_attn",), out="attn.c_proj")
     sentinel_layer_path = "h"
+    stock_head_count_limit = "the stock GPT2Attention derives its head size as n_embd / n_head"
     _no_split_modules = ["GPT2SentinelBlock"]
 
 
@@ -958,6 +1021,7 @@ class EncoderSentinelPreTrainedMixin(SentinelPreTrainedMixin):
         out="attention.output.dense",
     )
     sentinel_layer_path = "encoder.layer"
+    stock_head_count_limit = "the stock self-attention derives its head size as hidden_size / num_attention_heads"
 
 
 class EncoderSentinelModelMixin(EncoderSentinelPreTrainedMixin):

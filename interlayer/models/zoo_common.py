@@ -496,6 +496,28 @@ class ZooModelMixin:
         that break it even then overrides this."""
         return bool(self.config.identity_init)
 
+    def stock_export(self) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+        """What a stock checkpoint of this model's family needs to compute what this model computes: `(changes to the
+        stock config, tensors by stock name)`, or a ValueError saying why no stock checkpoint can
+        (`interlayer.zoo.export_stock` builds and saves it). By default only an untrained conversion made in this
+        process whose mechanism is still the identity (`claims_stock_function`) leaves, as its stock weights; a
+        mechanism that can fold its trained state into stock weights overrides this."""
+        name = type(self).__name__
+        if not self.claims_stock_function():
+            raise ValueError(
+                f"{name} cannot be exported as a stock checkpoint: under its settings (identity_init="
+                f"{getattr(self.config, 'identity_init', None)!r}) even the untrained conversion does not compute the "
+                "stock function."
+            )
+        if not self.is_untrained_conversion():
+            raise ValueError(
+                f"{name} cannot be exported as a stock checkpoint: its {self.mechanism_name.lower()} computes "
+                "something no stock class does, and only an untrained conversion made in this process is known to be "
+                "the identity (this model has been trained, or was loaded from a saved folder, whose history is not "
+                "known). Its stock checkpoint is the one it was converted from."
+            )
+        return {}, self.state_dict()
+
     def _sibling_auto_map(self) -> dict[str, str]:
         """`{Auto class: "module.Class"}` for the classes of this model's file that take its config class."""
         module = sys.modules[type(self).__module__]
