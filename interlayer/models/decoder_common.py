@@ -30,7 +30,7 @@ from transformers.models.phi3 import modeling_phi3 as phi3
 from transformers.models.qwen2 import modeling_qwen2 as qwen2
 from transformers.models.qwen3 import modeling_qwen3 as qwen3
 
-from .zoo_common import ZooModelMixin, register_for_auto_classes
+from .zoo_common import CACHE_KWARG, ZooModelMixin, register_for_auto_classes, stock_cache_kwargs, take_cache
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +45,7 @@ class Branch:
     after: tuple[str, ...] = ()
 
     def __call__(self, layer: nn.Module, x: torch.Tensor, **kwargs) -> torch.Tensor:
+        kwargs = stock_cache_kwargs(kwargs)
         for name in self.before:
             x = getattr(layer, name)(x)
         x = getattr(layer, self.module)(hidden_states=x, **kwargs) if kwargs else getattr(layer, self.module)(x)
@@ -316,6 +317,7 @@ class DecoderStackMixin(FreezeBaseMixin):
         position embeddings and the embedding dropout where the family has them. The family's `extra_inputs` are
         taken out of `kwargs`."""
         self.family.check_inputs(kwargs)
+        past_key_values = take_cache(past_key_values, kwargs)
         if (input_ids is None) ^ (inputs_embeds is not None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
         if inputs_embeds is None:
@@ -357,7 +359,7 @@ class DecoderStackMixin(FreezeBaseMixin):
             return attention_mask
         mask_kwargs = dict(config=self.config, attention_mask=attention_mask, **mask_kwargs)
         build = {"full_attention": create_causal_mask, "sliding_attention": create_sliding_window_causal_mask}
-        return {kind: build[kind](**mask_kwargs) for kind in sorted(set(self.layer_types))}
+        return {kind: build[kind](**stock_cache_kwargs(mask_kwargs)) for kind in sorted(set(self.layer_types))}
 
     def position_embeddings_for(self, inputs_embeds: torch.Tensor, position_ids: torch.Tensor) -> dict:
         """The rotary `(cos, sin)` of each layer type: one shared pair, or (Gemma 3) one per type; None without
@@ -388,9 +390,9 @@ class CausalLMMixin(FreezeBaseMixin):
     def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
         """As the stock method; the default dynamic cache it makes is replaced by the decoder's own `new_cache()`."""
         super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
-        cache = model_kwargs.get("past_key_values")
+        cache = model_kwargs.get(CACHE_KWARG)
         if type(cache) is DynamicCache and not getattr(cache, "_is_user_defined", False):
-            model_kwargs["past_key_values"] = self.base_model.new_cache()
+            model_kwargs[CACHE_KWARG] = self.base_model.new_cache()
 
 
 def family_classes(

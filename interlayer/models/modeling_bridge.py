@@ -90,7 +90,13 @@ from .configuration_bridge import (
     RobertaBridgeConfig,
     XLMRobertaBridgeConfig,
 )
-from .zoo_common import StatsAccumulator, ZooModelMixin, register_for_auto_classes, register_scalar_parameters
+from .zoo_common import (
+    CACHE_KWARG,
+    StatsAccumulator,
+    ZooModelMixin,
+    register_for_auto_classes,
+    register_scalar_parameters,
+)
 
 
 def pool_tokens(hidden: torch.Tensor, token_mask: torch.Tensor, mode: str) -> torch.Tensor:
@@ -816,7 +822,7 @@ class BridgeModelMixin(BridgePreTrainedMixin):
             encoder_attention_mask=None,
             embedding_output=embedding_output,
             encoder_hidden_states=None,
-            past_key_values=None,
+            **{CACHE_KWARG: None},
         )
         return self.encoder(
             embedding_output, extended_mask, token_mask, allowed_pairs, output_hidden_states=output_hidden_states

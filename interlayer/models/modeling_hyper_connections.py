@@ -58,7 +58,7 @@ from .decoder_common import (
     FreezeBaseMixin,
     family_classes,
 )
-from .zoo_common import StatsAccumulator
+from .zoo_common import CACHE_KWARG, StatsAccumulator
 
 COEFFICIENT_EPS = 1e-6
 MHC_RES_DIAGONAL = 4.0  # raw diagonal of H_res at identity_init in mHC mode (about 0.95 on the diagonal at K=4)
@@ -690,8 +690,8 @@ class HCModelMixin(HCPreTrainedMixin, DecoderStackMixin):
             all_hidden[-1] = hidden_states
         return self.family.output_class(
             last_hidden_state=hidden_states,
-            past_key_values=past_key_values,
             hidden_states=tuple(all_hidden) if all_hidden is not None else None,
+            **{CACHE_KWARG: past_key_values},
         )
 
     def _run_layers(

@@ -56,7 +56,7 @@ from .decoder_common import (
     FreezeBaseMixin,
     family_classes,
 )
-from .zoo_common import StatsAccumulator, register_scalar_parameters
+from .zoo_common import CACHE_KWARG, StatsAccumulator, register_scalar_parameters
 
 
 class LatentCache(DynamicCache):
@@ -323,8 +323,8 @@ class LatentModelMixin(LatentPreTrainedMixin, DecoderStackMixin):
             run.hidden[-1] = hidden_states
         return self.family.output_class(
             last_hidden_state=hidden_states,
-            past_key_values=cache if use_cache else None,
             hidden_states=tuple(run.hidden) if run.hidden is not None else None,
+            **{CACHE_KWARG: cache if use_cache else None},
         )
 
 

@@ -30,7 +30,7 @@ from transformers.cache_utils import Cache, DynamicCache
 from transformers.generation import GenerationMixin
 from transformers.loss.loss_utils import ForSequenceClassificationLoss
 from transformers.masking_utils import create_causal_mask
-from transformers.modeling_outputs import BaseModelOutputWithPast, ModelOutput
+from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast, ModelOutput
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.bert.modeling_bert import (
     BertEmbeddings,
@@ -76,7 +76,7 @@ from .configuration_sentinel import (
     RobertaSentinelConfig,
 )
 from .decoder_common import LLAMA, QWEN2, QWEN3, CausalLMMixin, DecoderStackMixin, family_classes
-from .zoo_common import ZooModelMixin, register_for_auto_classes
+from .zoo_common import CACHE_KWARG, ZooModelMixin, register_for_auto_classes, take_cache
 
 
 @dataclass(frozen=True)
@@ -259,6 +259,7 @@ class GPT2SentinelAttention(SentinelGates, GPT2Attention):
         self.split_size = self.num_heads * self.head_dim
 
     def forward(self, hidden_states, past_key_values: Cache | None = None, attention_mask=None, **kwargs):
+        past_key_values = take_cache(past_key_values, kwargs)
         batch, seq = hidden_states.shape[:2]
         if self.num_heads == 0:
             return self.resid_dropout(self.no_heads(self.c_proj, hidden_states, past_key_values)), None
@@ -297,6 +298,7 @@ class DecoderSentinelAttention(SentinelGates):
             self.o_proj = nn.Linear(q, config.hidden_size, bias=self.o_proj.bias is not None)
 
     def forward(self, hidden_states, position_embeddings=None, attention_mask=None, past_key_values=None, **kwargs):
+        past_key_values = take_cache(past_key_values, kwargs)
         if self.num_heads == 0:
             return self.no_heads(self.o_proj, hidden_states, past_key_values), None
         input_shape = hidden_states.shape[:-1]
@@ -341,6 +343,7 @@ class EncoderSentinelSelfAttention(SentinelGates):
             )
 
     def forward(self, hidden_states, attention_mask=None, past_key_values=None, **kwargs):
+        take_cache(past_key_values, kwargs)  # an encoder keeps no cache; not passed on to the attention function
         input_shape = hidden_states.shape[:-1]
         if self.num_heads == 0:  # the output projection (with no inputs) then adds only its bias
             return hidden_states.new_zeros(*input_shape, 0), None
@@ -479,13 +482,10 @@ class SentinelSequenceClassifierOutput(ModelOutput):
 
 
 @dataclass
-class SentinelCausalLMOutput(ModelOutput):
-    """Causal-LM output; `loss` is `lm_loss + gate_l1_loss` when labels are given."""
+class SentinelCausalLMOutput(CausalLMOutputWithPast):
+    """Causal-LM output: the stock one's fields (`loss`, `logits`, the cache, `hidden_states`, `attentions`), where
+    `loss` is `lm_loss + gate_l1_loss` when labels are given."""
 
-    loss: torch.FloatTensor | None = None
-    logits: torch.FloatTensor | None = None
-    past_key_values: Cache | None = None
-    hidden_states: tuple[torch.FloatTensor, ...] | None = None
     lm_loss: torch.FloatTensor | None = None
     gate_l1_loss: torch.FloatTensor | None = None
 
@@ -660,7 +660,7 @@ class SentinelLMHeadMixin:
         loss_kwargs = {k: kwargs.pop(k) for k in ("num_items_in_batch", "ignore_index", "shift_labels") if k in kwargs}
         outputs = self.base_model(
             input_ids=input_ids,
-            past_key_values=past_key_values,
+            past_key_values=take_cache(past_key_values, kwargs),
             attention_mask=attention_mask,
             position_ids=position_ids,
             inputs_embeds=inputs_embeds,
@@ -685,7 +685,7 @@ class SentinelLMHeadMixin:
         return SentinelCausalLMOutput(
             loss=loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
+            **{CACHE_KWARG: outputs.get(CACHE_KWARG)},
             hidden_states=outputs.hidden_states,
             lm_loss=lm_loss,
             gate_l1_loss=l1,
@@ -735,6 +735,7 @@ class GPT2SentinelModel(GPT2SentinelPreTrainedMixin, GPT2Model):
         use_cache = self.config.use_cache if use_cache is None else use_cache
         if self.gradient_checkpointing and self.training:
             use_cache = False
+        past_key_values = take_cache(past_key_values, kwargs)
         if use_cache and past_key_values is None:
             past_key_values = DynamicCache(config=self.config)
         if inputs_embeds is None:
@@ -747,8 +748,8 @@ class GPT2SentinelModel(GPT2SentinelPreTrainedMixin, GPT2Model):
             config=self.config,
             inputs_embeds=inputs_embeds,
             attention_mask=attention_mask,
-            past_key_values=past_key_values,
             position_ids=position_ids,
+            **{CACHE_KWARG: past_key_values},
         )
         if token_type_ids is not None:
             hidden_states = hidden_states + self.wte(token_type_ids)
@@ -774,8 +775,8 @@ class GPT2SentinelModel(GPT2SentinelPreTrainedMixin, GPT2Model):
             all_hidden = all_hidden[:-1] + (hidden_states,)
         return BaseModelOutputWithPast(
             last_hidden_state=hidden_states,
-            past_key_values=past_key_values if use_cache else None,
             hidden_states=all_hidden,
+            **{CACHE_KWARG: past_key_values if use_cache else None},
         )
 
 
@@ -840,9 +841,9 @@ class DecoderSentinelModelMixin(DecoderSentinelPreTrainedMixin, DecoderStackMixi
                 outputs[layer.unet_source] if layer.unet_source is not None else None,
                 attention_mask=masks[layer_type],
                 position_ids=position_ids,
-                past_key_values=cache,
                 use_cache=use_cache,
                 position_embeddings=position_embeddings[layer_type],
+                **{CACHE_KWARG: cache},
                 **kwargs,
             )
             outputs.append(hidden_states)
@@ -853,8 +854,8 @@ class DecoderSentinelModelMixin(DecoderSentinelPreTrainedMixin, DecoderStackMixi
             all_hidden = all_hidden[:-1] + (hidden_states,)
         return BaseModelOutputWithPast(
             last_hidden_state=hidden_states,
-            past_key_values=cache if use_cache else None,
             hidden_states=all_hidden,
+            **{CACHE_KWARG: cache if use_cache else None},
         )
 
 

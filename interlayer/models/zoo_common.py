@@ -8,6 +8,7 @@ This file sits in the same folder as the configuration and modeling files that i
 import dataclasses
 import difflib
 import functools
+import inspect
 import itertools
 import json
 import logging
@@ -24,6 +25,7 @@ from huggingface_hub.errors import StrictDataclassError
 from torch import nn
 from transformers.conversion_mapping import register_checkpoint_conversion_mapping
 from transformers.core_model_loading import ConversionOps, WeightConverter
+from transformers.masking_utils import create_causal_mask
 from transformers.utils import logging as hf_logging
 
 logger = hf_logging.get_logger("transformers.interlayer")
@@ -35,6 +37,31 @@ if int(transformers.__version__.split(".")[0]) < MIN_TRANSFORMERS:
         f"cache interfaces); this environment has transformers {transformers.__version__}. "
         f"Upgrade with `pip install 'transformers>={MIN_TRANSFORMERS},<6'`."
     )
+
+
+# The name of the cache keyword in the installed transformers: `cache` from 5.24 on (its models, mask functions,
+# `generate()` and outputs), `past_key_values` before. The zoo's forwards keep `past_key_values` in their signatures
+# and read the cache under either name (`take_cache`); what they pass to stock modules and mask functions, and put in
+# their outputs, goes under `CACHE_KWARG` (the old name still works there from 5.24, with a deprecation warning).
+CACHE_KWARG = "cache" if "cache" in inspect.signature(create_causal_mask).parameters else "past_key_values"
+
+
+def take_cache(past_key_values, kwargs: dict):
+    """The cache a forward was given: its `past_key_values` argument, or `cache` (what transformers >= 5.24's stock
+    heads, layers and `generate()` pass), taken out of `kwargs` so it is not passed on twice."""
+    cache = kwargs.pop("cache", None)
+    if cache is not None and past_key_values is not None and cache is not past_key_values:
+        raise ValueError("Both `cache` and `past_key_values` were given a cache: pass one of them.")
+    return past_key_values if past_key_values is not None else cache
+
+
+def stock_cache_kwargs(kwargs: dict) -> dict:
+    """`kwargs` for a stock module or mask function: a `past_key_values` entry put under `CACHE_KWARG`."""
+    if CACHE_KWARG == "past_key_values" or "past_key_values" not in kwargs:
+        return kwargs
+    kwargs = dict(kwargs)
+    kwargs[CACHE_KWARG] = kwargs.pop("past_key_values")
+    return kwargs
 
 
 def check_choice(field: str, value: Any, allowed) -> None:
