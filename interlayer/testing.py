@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 import pytest
 import torch
+from transformers.cache_utils import DynamicCache
 
 
 @dataclass
@@ -740,3 +741,22 @@ class ConformanceSuite:
             generated, expected = model.generate(**inputs, **settings), stock.generate(**inputs, **settings)
         torch.testing.assert_close(generated.sequences, expected.sequences, rtol=0, atol=0)
         torch.testing.assert_close(torch.stack(generated.logits), torch.stack(expected.logits))
+
+    def test_checkpointed_training_leaves_a_passed_cache_as_stock(self, tmp_path):
+        """Training with gradient checkpointing and a cache passed in: the layers drop the cache as the stock layers
+        do (their checkpointing clears it under the installed transformers' name for it), so the recomputation in
+        backward does not write it a second time."""
+        folder, stock = self._stock(tmp_path)
+        if not stock.can_generate() or stock.config.is_encoder_decoder:
+            pytest.skip("not a decoder-only generative model")
+        model = self._zoo(folder, **self.case.active_options)
+        ids = _example(self.case.make_batch(), 0)["input_ids"]
+        lengths = []
+        for m in (stock, model):
+            m.train()
+            m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            new_cache = getattr(m.base_model, "new_cache", None)
+            cache = new_cache() if new_cache is not None else DynamicCache(config=m.config)
+            m(input_ids=ids, past_key_values=cache, use_cache=True, labels=ids).loss.backward()
+            lengths.append(cache.get_seq_length())
+        assert lengths[1] == lengths[0], f"cache length after the step: {lengths[1]}, stock {lengths[0]}"

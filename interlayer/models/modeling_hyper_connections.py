@@ -58,7 +58,7 @@ from .decoder_common import (
     FreezeBaseMixin,
     family_classes,
 )
-from .zoo_common import CACHE_KWARG, StatsAccumulator
+from .zoo_common import CACHE_KWARG, StatsAccumulator, take_cache
 
 COEFFICIENT_EPS = 1e-6
 MHC_RES_DIAGONAL = 4.0  # raw diagonal of H_res at identity_init in mHC mode (about 0.95 on the diagonal at K=4)
@@ -547,6 +547,7 @@ class HCDecoderLayerMixin(DecoderLayerRolesMixin):
     ) -> torch.Tensor:
         """As the stock layer on streams `[batch, seq, K, hidden]`; `hc_recompute` and `hc_gain` are the model
         forward's stream recomputation and composite-gain tracker (`None` when not used)."""
+        past_key_values = take_cache(past_key_values, kwargs)
 
         def attention(x):
             return self.attention_branch(
@@ -714,10 +715,10 @@ class HCModelMixin(HCPreTrainedMixin, DecoderStackMixin):
                 attention_mask=masks[layer_types[i]],
                 position_embeddings=position_embeddings[layer_types[i]],
                 position_ids=position_ids,
-                past_key_values=past_key_values,
                 use_cache=use_cache,
                 hc_recompute=recompute,
                 hc_gain=gain,
+                **{CACHE_KWARG: past_key_values},  # the name the stock layer's checkpointing clears
                 **kwargs,
             )
             if all_hidden is not None:

@@ -56,7 +56,7 @@ from .decoder_common import (
     FreezeBaseMixin,
     family_classes,
 )
-from .zoo_common import CACHE_KWARG, StatsAccumulator, register_scalar_parameters
+from .zoo_common import CACHE_KWARG, StatsAccumulator, register_scalar_parameters, take_cache
 
 
 class LatentCache(DynamicCache):
@@ -177,6 +177,7 @@ class LatentDecoderLayerMixin(DecoderLayerRolesMixin):
         MLP branch's output of rows `latent_rows_from` onwards. `latent` is positional, beside `hidden_states`,
         because reentrant gradient checkpointing passes gradients only to positional inputs: as a keyword its backward
         would run into the (already used) graph of the stock pass that computed it."""
+        past_key_values = take_cache(past_key_values, kwargs)
         hidden_states = hidden_states + self.attention_branch(
             hidden_states,
             attention_mask=attention_mask,
@@ -369,9 +370,9 @@ class _Run:
             attention_mask=(masks or self.masks)[self.layer_types[i]],
             position_embeddings=(position_embeddings or self.position_embeddings)[self.layer_types[i]],
             position_ids=self.position_ids,
-            past_key_values=self.cache if cached else None,
             use_cache=self.use_cache and cached,
             latent_rows_from=latent_rows_from,
+            **{CACHE_KWARG: self.cache if cached else None},  # the name the stock layer's checkpointing clears
             **self.kwargs,
         )
 
