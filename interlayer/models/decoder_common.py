@@ -35,7 +35,14 @@ from transformers.models.phi3 import modeling_phi3 as phi3
 from transformers.models.qwen2 import modeling_qwen2 as qwen2
 from transformers.models.qwen3 import modeling_qwen3 as qwen3
 
-from .zoo_common import CACHE_NAME, ZooModelMixin, register_for_auto_classes, returns_dict_to_its_head, take_cache
+from .zoo_common import (
+    CACHE_KWARG,
+    ZooModelMixin,
+    register_for_auto_classes,
+    returns_dict_to_its_head,
+    stock_cache_kwargs,
+    take_cache,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +57,7 @@ class Branch:
     after: tuple[str, ...] = ()
 
     def __call__(self, layer: nn.Module, x: torch.Tensor, **kwargs) -> torch.Tensor:
+        kwargs = stock_cache_kwargs(kwargs)
         for name in self.before:
             x = getattr(layer, name)(x)
         x = getattr(layer, self.module)(hidden_states=x, **kwargs) if kwargs else getattr(layer, self.module)(x)
@@ -333,7 +341,7 @@ class DecoderStackMixin(FreezeBaseMixin):
         if position_ids is None:
             position_ids = self.position_ids_for(inputs_embeds, past_key_values)
         masks = self.causal_masks(
-            attention_mask, inputs_embeds=inputs_embeds, position_ids=position_ids, **{CACHE_NAME: past_key_values}
+            attention_mask, inputs_embeds=inputs_embeds, position_ids=position_ids, **{CACHE_KWARG: past_key_values}
         )
         position_embeddings = self.position_embeddings_for(inputs_embeds, position_ids)
         names = self.family.names
@@ -363,7 +371,7 @@ class DecoderStackMixin(FreezeBaseMixin):
             return attention_mask
         mask_kwargs = dict(config=self.config, attention_mask=attention_mask, **mask_kwargs)
         build = {"full_attention": create_causal_mask, "sliding_attention": create_sliding_window_causal_mask}
-        return {kind: build[kind](**mask_kwargs) for kind in sorted(set(self.layer_types))}
+        return {kind: build[kind](**stock_cache_kwargs(mask_kwargs)) for kind in sorted(set(self.layer_types))}
 
     def position_embeddings_for(self, inputs_embeds: torch.Tensor, position_ids: torch.Tensor) -> dict:
         """The rotary `(cos, sin)` of each layer type: one shared pair, or (Gemma 3) one per type; None without
@@ -395,9 +403,9 @@ class CausalLMMixin(FreezeBaseMixin):
     def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
         """As the stock method; the default dynamic cache it makes is replaced by the decoder's own `new_cache()`."""
         super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
-        cache = model_kwargs.get(CACHE_NAME)
+        cache = model_kwargs.get(CACHE_KWARG)
         if type(cache) is DynamicCache and not getattr(cache, "_is_user_defined", False):
-            model_kwargs[CACHE_NAME] = self.base_model.new_cache()
+            model_kwargs[CACHE_KWARG] = self.base_model.new_cache()
 
 
 def family_classes(

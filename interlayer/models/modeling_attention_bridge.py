@@ -64,7 +64,14 @@ from .configuration_attention_bridge import (
     MBartAttentionBridgeConfig,
     T5AttentionBridgeConfig,
 )
-from .zoo_common import StatsAccumulator, ZooModelMixin, register_for_auto_classes, returns_dict_to_its_head
+from .zoo_common import (
+    CACHE_KWARG,
+    StatsAccumulator,
+    ZooModelMixin,
+    register_for_auto_classes,
+    returns_dict_to_its_head,
+    take_cache,
+)
 
 
 class BridgeLinear(nn.Linear):
@@ -549,12 +556,12 @@ class AttentionBridgeLMMixin(AttentionBridgePreTrainedMixin):
             decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask,
             encoder_outputs=encoder_outputs,
-            past_key_values=past_key_values,
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             labels=labels,
             use_cache=use_cache,
             tgt_lang=tgt_lang,
+            **{CACHE_KWARG: take_cache(past_key_values, kwargs)},
             **kwargs,
         )
 

@@ -96,6 +96,7 @@ from .configuration_bridge import (
     XLMRobertaBridgeConfig,
 )
 from .zoo_common import (
+    CACHE_KWARG,
     StatsAccumulator,
     ZooModelMixin,
     refuse_output_attentions,
@@ -823,8 +824,13 @@ class BridgeModelMixin(BridgePreTrainedMixin):
 
     def encode(self, embedding_output, attention_mask, position_ids, token_mask, allowed_pairs, output_hidden_states):
         """The layer stack; returns the last hidden state, the hidden states (or None) and the auxiliary loss."""
-        # positional: the last argument (no cache) is `past_key_values` up to transformers 5.23, `cache` from 5.24
-        extended_mask, _ = self._create_attention_masks(attention_mask, None, embedding_output, None, None)
+        extended_mask, _ = self._create_attention_masks(
+            attention_mask=attention_mask,
+            encoder_attention_mask=None,
+            embedding_output=embedding_output,
+            encoder_hidden_states=None,
+            **{CACHE_KWARG: None},
+        )
         return self.encoder(
             embedding_output, extended_mask, token_mask, allowed_pairs, output_hidden_states=output_hidden_states
         )

@@ -66,7 +66,7 @@ from .decoder_common import (
     FreezeBaseMixin,
     family_classes,
 )
-from .zoo_common import StatsAccumulator, select_hidden_states
+from .zoo_common import CACHE_KWARG, StatsAccumulator, select_hidden_states, take_cache
 
 COEFFICIENT_EPS = 1e-6
 MHC_EPS = 1e-6  # DeepSeek-V4's hc_eps: added to its read-in and softmax, and to every normalisation's denominator
@@ -597,6 +597,7 @@ class HCDecoderLayerMixin(DecoderLayerRolesMixin):
     ) -> torch.Tensor:
         """As the stock layer on streams `[batch, seq, K, hidden]`; `hc_recompute` and `hc_gain` are the model
         forward's stream recomputation and composite-gain tracker (`None` when not used)."""
+        past_key_values = take_cache(past_key_values, kwargs)
 
         def attention(x):
             return self.attention_branch(
@@ -744,8 +745,8 @@ class HCModelMixin(HCPreTrainedMixin, DecoderStackMixin):
             all_hidden[-1] = hidden_states
         return self.family.output_class(
             last_hidden_state=hidden_states,
-            past_key_values=past_key_values,
             hidden_states=select_hidden_states(all_hidden, output_hidden_states),
+            **{CACHE_KWARG: past_key_values},
         )
 
     def _run_layers(
@@ -768,10 +769,10 @@ class HCModelMixin(HCPreTrainedMixin, DecoderStackMixin):
                 attention_mask=masks[layer_types[i]],
                 position_embeddings=position_embeddings[layer_types[i]],
                 position_ids=position_ids,
-                past_key_values=past_key_values,
                 use_cache=use_cache,
                 hc_recompute=recompute,
                 hc_gain=gain,
+                **{CACHE_KWARG: past_key_values},  # the name the stock layer's checkpointing clears
                 **kwargs,
             )
             if all_hidden is not None:

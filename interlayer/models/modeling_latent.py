@@ -62,10 +62,12 @@ from .decoder_common import (
     family_classes,
 )
 from .zoo_common import (
+    CACHE_KWARG,
     StatsAccumulator,
     refuse_output_attentions,
     register_scalar_parameters,
     select_hidden_states,
+    take_cache,
 )
 
 
@@ -187,6 +189,7 @@ class LatentDecoderLayerMixin(DecoderLayerRolesMixin):
         MLP branch's output of rows `latent_rows_from` onwards. `latent` is positional, beside `hidden_states`,
         because reentrant gradient checkpointing passes gradients only to positional inputs: as a keyword its backward
         would run into the (already used) graph of the stock pass that computed it."""
+        past_key_values = take_cache(past_key_values, kwargs)
         hidden_states = hidden_states + self.attention_branch(
             hidden_states,
             attention_mask=attention_mask,
@@ -332,8 +335,8 @@ class LatentModelMixin(LatentPreTrainedMixin, DecoderStackMixin):
             run.hidden[-1] = hidden_states
         return self.family.output_class(
             last_hidden_state=hidden_states,
-            past_key_values=cache if use_cache else None,
             hidden_states=select_hidden_states(run.hidden, output_hidden_states),
+            **{CACHE_KWARG: cache if use_cache else None},
         )
 
 
@@ -378,9 +381,9 @@ class _Run:
             attention_mask=(masks or self.masks)[self.layer_types[i]],
             position_embeddings=(position_embeddings or self.position_embeddings)[self.layer_types[i]],
             position_ids=self.position_ids,
-            past_key_values=self.cache if cached else None,
             use_cache=self.use_cache and cached,
             latent_rows_from=latent_rows_from,
+            **{CACHE_KWARG: self.cache if cached else None},  # the name the stock layer's checkpointing clears
             **self.kwargs,
         )
 

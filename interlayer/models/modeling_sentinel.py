@@ -82,7 +82,7 @@ from .configuration_sentinel import (
 )
 from .decoder_common import LLAMA, QWEN2, QWEN3, CausalLMMixin, DecoderStackMixin, family_classes
 from .zoo_common import (
-    CACHE_NAME,
+    CACHE_KWARG,
     ZooModelMixin,
     refuse_output_attentions,
     register_for_auto_classes,
@@ -369,7 +369,7 @@ class EncoderSentinelSelfAttention(SentinelGates):
             )
 
     def forward(self, hidden_states, attention_mask=None, past_key_values=None, **kwargs):
-        take_cache(past_key_values, kwargs)  # an encoder keeps no cache
+        take_cache(past_key_values, kwargs)  # an encoder keeps no cache; not passed on to the attention function
         input_shape = hidden_states.shape[:-1]
         if self.num_heads == 0:  # the output projection (with no inputs) then adds only its bias
             return hidden_states.new_zeros(*input_shape, 0), None
@@ -745,10 +745,9 @@ class SentinelLMHeadMixin:
         **kwargs,
     ) -> SentinelCausalLMOutput:
         loss_kwargs = {k: kwargs.pop(k) for k in ("num_items_in_batch", "ignore_index", "shift_labels") if k in kwargs}
-        past_key_values = take_cache(past_key_values, kwargs)
         outputs = self.base_model(
             input_ids=input_ids,
-            past_key_values=past_key_values,
+            past_key_values=take_cache(past_key_values, kwargs),
             attention_mask=attention_mask,
             position_ids=position_ids,
             inputs_embeds=inputs_embeds,
@@ -777,7 +776,7 @@ class SentinelLMHeadMixin:
             hidden_states=outputs.hidden_states,
             lm_loss=lm_loss,
             gate_l1_loss=l1,
-            **{CACHE_NAME: getattr(outputs, CACHE_NAME)},
+            **{CACHE_KWARG: getattr(outputs, CACHE_KWARG)},
         )
 
 
@@ -837,8 +836,8 @@ class GPT2SentinelModel(GPT2SentinelPreTrainedMixin, GPT2Model):
             config=self.config,
             inputs_embeds=inputs_embeds,
             attention_mask=attention_mask,
-            **{CACHE_NAME: past_key_values},
             position_ids=position_ids,
+            **{CACHE_KWARG: past_key_values},
         )
         if token_type_ids is not None:
             hidden_states = hidden_states + self.wte(token_type_ids)
@@ -865,7 +864,7 @@ class GPT2SentinelModel(GPT2SentinelPreTrainedMixin, GPT2Model):
         return BaseModelOutputWithPast(
             last_hidden_state=hidden_states,
             hidden_states=select_hidden_states(all_hidden, output_hidden_states),
-            **{CACHE_NAME: past_key_values if use_cache else None},
+            **{CACHE_KWARG: past_key_values if use_cache else None},
         )
 
 
@@ -961,8 +960,8 @@ class DecoderSentinelModelMixin(DecoderSentinelPreTrainedMixin, DecoderStackMixi
                 attention_mask=masks[layer_type],
                 position_ids=position_ids,
                 use_cache=use_cache,
-                **{CACHE_NAME: cache},
                 position_embeddings=position_embeddings[layer_type],
+                **{CACHE_KWARG: cache},
                 **kwargs,
             )
             outputs.append(hidden_states)
@@ -974,7 +973,7 @@ class DecoderSentinelModelMixin(DecoderSentinelPreTrainedMixin, DecoderStackMixi
         return BaseModelOutputWithPast(
             last_hidden_state=hidden_states,
             hidden_states=select_hidden_states(all_hidden, output_hidden_states),
-            **{CACHE_NAME: cache if use_cache else None},
+            **{CACHE_KWARG: cache if use_cache else None},
         )
 
 

@@ -14,6 +14,7 @@ import dataclasses
 import difflib
 import functools
 import hashlib
+import inspect
 import itertools
 import json
 import logging
@@ -32,28 +33,35 @@ from huggingface_hub.errors import StrictDataclassError
 from torch import nn
 from transformers.conversion_mapping import register_checkpoint_conversion_mapping
 from transformers.core_model_loading import ConversionOps, WeightConverter
-from transformers.modeling_outputs import BaseModelOutputWithPast
+from transformers.masking_utils import create_causal_mask
 from transformers.utils import logging as hf_logging
 
 logger = hf_logging.get_logger("transformers.interlayer")
 
 
-# transformers 5.24 renamed the cache keyword of forwards, of `generate()`'s model inputs and the cache field of outputs
-# from `past_key_values` to `cache` (the old name still works, with a deprecation warning); the zoo's forwards take
-# either name and write the installed version's
-CACHE_NAME = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__ else "past_key_values"
+# The name of the cache keyword in the installed transformers: `cache` from 5.24 on (its models, mask functions,
+# `generate()` and outputs), `past_key_values` before. The zoo's forwards keep `past_key_values` in their signatures
+# and read the cache under either name (`take_cache`); what they pass to stock modules and mask functions, and put in
+# their outputs, goes under `CACHE_KWARG` (the old name still works there from 5.24, with a deprecation warning).
+CACHE_KWARG = "cache" if "cache" in inspect.signature(create_causal_mask).parameters else "past_key_values"
 
 
-def take_cache(cache, kwargs: dict):
-    """The cache a caller passed, as `cache` (transformers >= 5.24: `generate()`, the stock layers) or
-    `past_key_values` (earlier versions), taken out of a forward's keywords; `cache` is the forward's own argument."""
-    for name in ("cache", "past_key_values"):
-        value = kwargs.pop(name, None)
-        if value is not None:
-            if cache is not None and value is not cache:
-                raise ValueError("Pass the cache once, as `cache` or as `past_key_values`, not both.")
-            cache = value
-    return cache
+def take_cache(past_key_values, kwargs: dict):
+    """The cache a forward was given: its `past_key_values` argument, or `cache` (what transformers >= 5.24's stock
+    heads, layers and `generate()` pass), taken out of `kwargs` so it is not passed on twice."""
+    cache = kwargs.pop("cache", None)
+    if cache is not None and past_key_values is not None and cache is not past_key_values:
+        raise ValueError("Both `cache` and `past_key_values` were given a cache: pass one of them.")
+    return past_key_values if past_key_values is not None else cache
+
+
+def stock_cache_kwargs(kwargs: dict) -> dict:
+    """`kwargs` for a stock module or mask function: a `past_key_values` entry put under `CACHE_KWARG`."""
+    if CACHE_KWARG == "past_key_values" or "past_key_values" not in kwargs:
+        return kwargs
+    kwargs = dict(kwargs)
+    kwargs[CACHE_KWARG] = kwargs.pop("past_key_values")
+    return kwargs
 
 
 def check_choice(field: str, value: Any, allowed) -> None:
