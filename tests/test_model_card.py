@@ -2,6 +2,7 @@
 
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -48,7 +49,8 @@ def test_card_of_an_untrained_conversion_and_of_a_trained_model(tmp_path):
     assert 'base_model: "acme/tiny-llama"' in _front_matter(card)
     assert "Converted from the stock checkpoint `acme/tiny-llama`" in card
     assert "untrained conversion: it computes the stock model's function exactly until it is trained" in card
-    assert "transformers>=5,<6" in card and 'from_pretrained("untrained", trust_remote_code=True)' in card
+    assert "transformers>=5` (tested with 5.23, 5.24;" in card
+    assert 'from_pretrained("untrained", trust_remote_code=True)' in card
     assert "PATH_OR_REPO" not in card and "pypi.org" not in card and str(tmp_path) not in card
 
     optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
@@ -314,3 +316,18 @@ def test_inspect_and_the_card_give_one_verdict(tmp_path):
         inputs, _, _ = model_inputs(model, str(out))
         check = check_stock_function(model, entry, inputs)
         assert check.same and check.detail.startswith(f"yes, {words}:"), check.detail
+
+
+def test_the_tested_transformers_releases_are_the_installed_range():
+    """The card's "tested with" list, setup.cfg's upper bound and the release constraints.txt pins for CI agree: CI
+    runs a tested release, and the package admits no release past the last tested one."""
+    from interlayer.models.zoo_requirements import TESTED_TRANSFORMERS
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "constraints.txt")) as f:
+        pinned = re.search(r"^transformers==(\d+\.\d+)\.\d+$", f.read(), re.M).group(1)
+    with open(os.path.join(root, "setup.cfg")) as f:
+        bound = re.search(r"transformers>=5\.0,<(\d+)\.(\d+)", f.read())
+    last = TESTED_TRANSFORMERS[-1].split(".")
+    assert pinned in TESTED_TRANSFORMERS
+    assert (int(bound.group(1)), int(bound.group(2))) == (int(last[0]), int(last[1]) + 1)

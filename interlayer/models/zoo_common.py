@@ -6,7 +6,7 @@ This file sits in the same folder as the configuration and modeling files that i
 """
 
 # first, before any transformers import: a clear error under transformers 4
-from .zoo_requirements import MIN_TRANSFORMERS
+from .zoo_requirements import MIN_TRANSFORMERS, TESTED_TRANSFORMERS
 
 # isort: split
 
@@ -764,8 +764,9 @@ def write_model_card(model, save_directory, name=None, untrained: bool | None = 
         "",
         "## Use",
         "",
-        f"Needs `transformers>={MIN_TRANSFORMERS},<6` (saved with {transformers.__version__}); the modeling code ships "
-        "in this folder, so `interlayer` itself need not be installed.",
+        f"Needs `transformers>={MIN_TRANSFORMERS}` (tested with {', '.join(TESTED_TRANSFORMERS)}; saved with "
+        f"{transformers.__version__}); the modeling code ships in this folder, so `interlayer` itself need not be "
+        "installed.",
         "",
         "```python",
         f"from transformers import {auto_class}",
