@@ -1,0 +1,3 @@
+"""The recipes `interlayer results` knows, in the order they run."""
+
+RECIPES = []
