@@ -173,6 +173,45 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_results(args) -> int:
+    from .results import SCALES, recipes, run_recipes
+
+    known = recipes()
+    names = args.recipes or list(known)
+    for name in names:
+        if name not in known:
+            raise ValueError(f"`--recipes`: no recipe {name!r}; the recipes: {', '.join(known)}.")
+    scale = "quick" if args.quick else args.scale
+    if scale not in SCALES:
+        raise ValueError(f"`--scale` must be one of {list(SCALES)}, got {scale!r}.")
+    chosen = [known[name] for name in names]
+    if args.plan:
+        for recipe in chosen:
+            seeds = args.seeds or list(recipe.seeds[scale])
+            print(f"{recipe.name} ({recipe.mechanism}): {recipe.summary}")
+            print(f"  {scale}: {recipe.scale_notes.get(scale, '')}")
+            print(f"  methods {', '.join(args.methods or recipe.methods)}; seeds {seeds}")
+        return 0
+    out = Path(args.out)
+    if not args.report_only:
+        run_recipes(
+            chosen,
+            scale,
+            out,
+            methods=args.methods,
+            seeds=args.seeds,
+            work=args.work,
+            command="interlayer results " + " ".join(args.argv),
+        )
+    if args.report:
+        from .results.report import write_report
+
+        write_report(out, Path(args.report))
+        print(f"report: {args.report}")
+    print(f"results: {', '.join(str(out / (r.name + '.csv')) for r in chosen)}")
+    return 0
+
+
 def cmd_demo(args) -> int:
     from .demo import run_demo
 
@@ -352,6 +391,27 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--layers", type=int, help="decoder layers of the Llama cases (default: 30, SmolLM2-135M)")
     bench.add_argument("--in-process", action="store_true", help="no subprocess per case (memory figures shared)")
     bench.set_defaults(func=cmd_bench)
+
+    results = sub.add_parser(
+        "results",
+        help="every seed's experiment as a recipe, against LoRA, plain and full fine-tuning, several seeds (resumable)",
+    )
+    results.add_argument("--recipes", nargs="+", help="default: every recipe (see --plan)")
+    results.add_argument("--methods", nargs="+", help="only these methods of each recipe (default: all)")
+    results.add_argument("--seeds", nargs="+", type=int, help="default: the scale's seeds (cpu: 0 1 2)")
+    results.add_argument(
+        "--scale",
+        default="cpu",
+        help="quick (tiny models, minutes), cpu (the offline checkpoints, about two hours on 2 cores) or seed (the "
+        "seeds' models and data from the Hub, a GPU) (default: %(default)s)",
+    )
+    results.add_argument("--quick", action="store_true", help="the same as --scale quick")
+    results.add_argument("--out", default="results", help="folder of the CSVs and run records (default: %(default)s)")
+    results.add_argument("--work", help="folder for checkpoints and scratch files (default: OUT/work)")
+    results.add_argument("--report", help="write the markdown report with its plots here (e.g. docs/results.md)")
+    results.add_argument("--report-only", action="store_true", help="run nothing; only tabulate what --out holds")
+    results.add_argument("--plan", action="store_true", help="print the recipes, methods and seeds; run nothing")
+    results.set_defaults(func=cmd_results)
     return parser
 
 

@@ -2,13 +2,12 @@
 
 A comparison at equal budget gives every method the same number of trainable parameters: the mechanism's new
 parameters; LoRA (PEFT) with a layout whose adapter size is closest to it; plain fine-tuning of the stock model's
-top tensors (the last layers, from the final norm down), the last tensor trained in part (its first rows) so the
+top tensors (the last layers, from the final norm down), the last tensor trained in part (its first elements) so the
 count is exact. A task head that every method needs (a classifier) trains in every method and is not counted.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 
@@ -52,16 +51,13 @@ class LoraLayout:
 
 
 def linear_shapes(model, names: tuple[str, ...]) -> dict[int, dict[str, int]]:
-    """For each layer index, the LoRA parameters per rank (in + out features) of the named linear modules."""
+    """For each layer index, the LoRA parameters per rank (in + out features) of every linear module whose name ends
+    with one of `names` (as PEFT's `target_modules` matches), keyed by the module's full name."""
     shapes: dict[int, dict[str, int]] = {}
     for full, module in model.named_modules():
-        if not isinstance(module, torch.nn.Linear):
-            continue
-        suffix = next((n for n in names if full == n or full.endswith("." + n)), None)
         found = LAYER_INDEX.search(full)
-        if suffix is None or found is None:
-            continue
-        shapes.setdefault(int(found.group(1)), {})[suffix] = module.in_features + module.out_features
+        if isinstance(module, torch.nn.Linear) and found and any(full.endswith("." + n) for n in names):
+            shapes.setdefault(int(found.group(1)), {})[full] = module.in_features + module.out_features
     return shapes
 
 
@@ -74,14 +70,16 @@ def lora_layout(model, budget: int, module_sets: list[tuple[str, ...]], max_rank
     for preference, names in enumerate(module_sets):
         shapes = linear_shapes(model, names)
         layers = sorted(shapes)
-        if not layers or any(set(shapes[i]) != set(names) for i in layers):
+        if not layers or any(not any(f.endswith("." + n) for f in shapes[i]) for i in layers for n in names):
             continue
         for n in range(len(layers), 0, -1):
             chosen = tuple(layers[-n:])
             per_rank = sum(sum(shapes[i].values()) for i in chosen)
-            for rank in {max(1, min(max_rank, math.floor(budget / per_rank))), max(1, min(max_rank, math.ceil(budget / per_rank)))}:
+            for rank in {min(max_rank, max(1, budget // per_rank)), min(max_rank, max(1, -(-budget // per_rank)))}:
                 params = rank * per_rank
-                candidates.append((abs(params - budget) / budget, preference, -n, LoraLayout(names, chosen, rank, params)))
+                candidates.append(
+                    (abs(params - budget) / budget, preference, -n, LoraLayout(names, chosen, rank, params))
+                )
     if not candidates:
         raise ValueError(f"{type(model).__name__} has none of the module sets {module_sets} in every layer.")
     best = min(c[0] for c in candidates)
@@ -105,7 +103,7 @@ def apply_lora(model, layout: LoraLayout, modules_to_save: list[str] | None = No
 def train_top_tensors(model, budget: int) -> tuple[int, list[str]]:
     """Plain fine-tuning at a budget: freeze the base model, then unfreeze its tensors from the top (the final norm,
     then the last layer's tensors, then the layer below...) until `budget` elements train; the last tensor trains
-    only its first rows (a gradient mask), so exactly `budget` elements train. Embeddings never train. Returns the
+    only its first elements (a gradient mask), so exactly `budget` elements train. Embeddings never train. Returns the
     count and the names trained (the partial one last)."""
     prefix = model.base_model_prefix + "."
     base = [(n, p) for n, p in model.named_parameters() if n.startswith(prefix)]
@@ -128,11 +126,11 @@ def train_top_tensors(model, budget: int) -> tuple[int, list[str]]:
         if total + p.numel() <= budget:
             total += p.numel()
             continue
-        row = p[0].numel() if p.ndim > 1 else 1
-        rows = math.ceil((budget - total) / row)
-        mask = torch.zeros_like(p)
-        mask[:rows] = 1
+        part = budget - total
+        mask = torch.zeros(p.numel(), dtype=p.dtype, device=p.device)
+        mask[:part] = 1
+        mask = mask.view_as(p)
         p.register_hook(lambda grad, mask=mask: grad * mask)
-        p._interlayer_partial_rows = rows
-        total += rows * row
+        p._interlayer_partial = part
+        total += part
     return total, names

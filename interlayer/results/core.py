@@ -65,15 +65,28 @@ class Recipe:
     summary: str
     methods: tuple[str, ...]
     run: Callable[[str, int, str, Path], RunResult]
-    seeds: dict[str, tuple[int, ...]] = field(default_factory=lambda: {"quick": (0, 1), "cpu": (0, 1, 2), "seed": (0, 1, 2)})
+    seeds: dict[str, tuple[int, ...]] = field(
+        default_factory=lambda: {"quick": (0, 1), "cpu": (0, 1, 2), "seed": (0, 1, 2)}
+    )
     scale_notes: dict[str, str] = field(default_factory=dict)
+    shares: dict[str, str] = field(default_factory=dict)
+    """Methods whose runs are identical to another recipe's method of the same name (same checkpoint, data and
+    training): `{"full": "hc-gsm8k"}` reuses that recipe's run rather than training it twice."""
 
 
 def revision() -> str:
     root = Path(__file__).resolve().parents[2]
     try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True, timeout=10)
+        rev = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     if rev.returncode != 0:
@@ -94,8 +107,8 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, {device}, torch {torch.__version__}"
 
 
-def run_path(out: Path, recipe: str, method: str, seed: int) -> Path:
-    return out / "runs" / recipe / method / f"seed{seed}.json"
+def run_path(out: Path, recipe: Recipe, method: str, seed: int) -> Path:
+    return out / "runs" / recipe.shares.get(method, recipe.name) / method / f"seed{seed}.json"
 
 
 def write_json_atomically(path: Path, payload: dict) -> None:
@@ -107,11 +120,11 @@ def write_json_atomically(path: Path, payload: dict) -> None:
     os.replace(f.name, path)
 
 
-def measured_run(recipe: Recipe, method: str, seed: int, scale: str, out: Path, command: str) -> dict:
+def measured_run(recipe: Recipe, method: str, seed: int, scale: str, work: Path, command: str) -> dict:
     """Run one (method, seed) of `recipe` and record it with its wall time, peak memory, revision and machine."""
     from ..bench import proc_status_bytes, reset_peak_rss
 
-    workdir = out / "work" / recipe.name / method / f"seed{seed}"
+    workdir = work / recipe.name / method / f"seed{seed}"
     workdir.mkdir(parents=True, exist_ok=True)
     base = proc_status_bytes("VmRSS")
     reset_peak_rss()
@@ -144,9 +157,12 @@ def run_recipes(
     seeds: list[int] | None = None,
     command: str | None = None,
     progress: bool = True,
+    work: Path | None = None,
 ) -> list[dict]:
     """Run every (recipe, method, seed) not finished in `out` yet, seed-major (an interrupted sweep has every method
-    at the first seeds), then write `out/<recipe>.csv` for each recipe. Returns the records of every run."""
+    at the first seeds), then write `out/<recipe>.csv` for each recipe. Returns the records of every run. Each run's
+    record is `out/runs/<recipe>/<method>/seed<S>.json`; checkpoints and scratch files go to `work` (default
+    `out/work`: keep it out of version control)."""
     from tqdm.auto import tqdm
 
     if scale not in SCALES:
@@ -161,15 +177,23 @@ def run_recipes(
         for seed in seeds or recipe.seeds[scale]:
             plan += [(recipe, method, seed) for method in chosen if method in recipe.methods]
     plan.sort(key=lambda item: (item[2], recipes.index(item[0])))
-    todo = [item for item in plan if not run_path(out, item[0].name, item[1], item[2]).exists()]
+    todo, seen = [], set()
+    for recipe, method, seed in plan:
+        path = run_path(out, recipe, method, seed)
+        if not path.exists() and path not in seen:
+            todo.append((recipe, method, seed))
+            seen.add(path)
     bar = tqdm(total=len(plan), initial=len(plan) - len(todo), desc="results", unit="run", disable=not progress)
     for recipe, method, seed in todo:
         bar.set_postfix_str(f"{recipe.name} {method} seed {seed}")
-        record = measured_run(recipe, method, seed, scale, out, command)
-        write_json_atomically(run_path(out, recipe.name, method, seed), record)
+        record = measured_run(recipe, method, seed, scale, Path(work or out / "work"), command)
+        write_json_atomically(run_path(out, recipe, method, seed), record)
         bar.update()
     bar.close()
-    records = [json.loads(run_path(out, r.name, m, s).read_text()) for r, m, s in plan]
+    records = [
+        {**json.loads(run_path(out, r, m, s).read_text()), "recipe": r.name, "mechanism": r.mechanism}
+        for r, m, s in plan
+    ]
     for recipe in recipes:
         write_csv(out / f"{recipe.name}.csv", [r for r in records if r["recipe"] == recipe.name])
     return records
@@ -185,7 +209,9 @@ def csv_rows(record: dict) -> list[dict]:
 def write_csv(path: Path, records: list[dict]) -> None:
     rows = [row for record in records for row in csv_rows(record)]
     path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=".tmp-", suffix=".csv", delete=False, newline="") as f:
+    with tempfile.NamedTemporaryFile(
+        "w", dir=path.parent, prefix=".tmp-", suffix=".csv", delete=False, newline=""
+    ) as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()
         writer.writerows(rows)

@@ -31,7 +31,7 @@ def param_groups(model, lrs: dict[str, float], classify, weight_decay: float) ->
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
-        decay = p.ndim >= 2 and not hasattr(p, "_interlayer_partial_rows")
+        decay = p.ndim >= 2 and not hasattr(p, "_interlayer_partial")
         groups.setdefault((classify(name), decay), []).append(p)
     unknown = {key for key, _ in groups} - set(lrs)
     if unknown:
@@ -46,14 +46,23 @@ def trainable_count(model) -> int:
     total = 0
     for p in model.parameters():
         if p.requires_grad:
-            rows = getattr(p, "_interlayer_partial_rows", None)
-            total += p.numel() if rows is None else rows * (p[0].numel() if p.ndim > 1 else 1)
+            total += getattr(p, "_interlayer_partial", p.numel())
     return total
 
 
-def train(model, groups: list[dict], batches: list[dict], warmup: float = 0.1, schedule: str = "linear", clip: float = 1.0, device="cpu", autocast_dtype=None) -> dict:
-    """AdamW over `batches` once, in order, with warm-up then `schedule` decay and gradient clipping. Returns the
-    mean training loss of the last quarter of the steps and the steps taken."""
+def train(
+    model,
+    groups: list[dict],
+    batches: list[dict],
+    warmup: float = 0.1,
+    schedule: str = "linear",
+    clip: float = 1.0,
+    device="cpu",
+    accumulation: int = 1,
+) -> dict:
+    """AdamW over `batches` once, in order (a step per batch, computed in `accumulation` equal chunks), with
+    warm-up then `schedule` decay and gradient clipping. Returns the mean training loss of the last quarter of the
+    steps and the steps taken."""
     if schedule not in ("linear", "cosine"):
         raise ValueError(f"`schedule` must be 'linear' or 'cosine', got {schedule!r}.")
     optimizer = torch.optim.AdamW(groups)
@@ -63,10 +72,11 @@ def train(model, groups: list[dict], batches: list[dict], warmup: float = 0.1, s
     model.train()
     losses = []
     for batch in batches:
-        batch = {k: v.to(device) for k, v in batch.items()}
-        with torch.autocast(device_type=torch.device(device).type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
-            loss = model(**batch).loss
-        loss.backward()
+        loss = 0.0
+        for chunk in zip(*(v.to(device).chunk(accumulation) for v in batch.values())):
+            part = model(**dict(zip(batch, chunk))).loss / accumulation
+            part.backward()
+            loss += part.detach()
         torch.nn.utils.clip_grad_norm_(params, clip)
         optimizer.step()
         scheduler.step()

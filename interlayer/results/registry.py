@@ -1,3 +1,5 @@
 """The recipes `interlayer results` knows, in the order they run."""
 
-RECIPES = []
+from . import classification, lm
+
+RECIPES = [*lm.RECIPES, *classification.RECIPES]
