@@ -202,6 +202,10 @@ RECIPES = [
         summary="Cross-layer bridges (H9) on an encoder classifier (seed 000: RoBERTa-large on RTE, H9 87.36%)",
         methods=tuple(METHODS),
         run=run,
+        primary="accuracy",
+        higher_is_better=True,
+        baselines=("lora", "last-layers", "full"),
+        abouts={name: m.about for name, m in METHODS.items()},
         scale_notes={
             "quick": "a 4-layer BERT (hidden 32) with random weights, 32 BBC News articles, 64 tokens",
             "cpu": "MiniLM-L6 (real weights), 480 BBC News articles once (60 steps of 8, 128 tokens), accuracy on "

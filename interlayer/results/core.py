@@ -72,6 +72,13 @@ class Recipe:
     shares: dict[str, str] = field(default_factory=dict)
     """Methods whose runs are identical to another recipe's method of the same name (same checkpoint, data and
     training): `{"full": "hc-gsm8k"}` reuses that recipe's run rather than training it twice."""
+    primary: str = "eval_loss"
+    """The metric the report compares methods on (`higher_is_better` says its direction)."""
+    higher_is_better: bool = False
+    baselines: tuple[str, ...] = ("lora", "last-layers", "full")
+    """The methods that are not the mechanism: the report compares the mechanism's best method with each."""
+    abouts: dict[str, str] = field(default_factory=dict)
+    """One line per method: what trains, at what learning rate (printed in the report's tables)."""
 
 
 def revision() -> str:

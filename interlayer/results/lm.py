@@ -69,7 +69,14 @@ def methods_for(mechanism: str, seed_options: dict, seed_lr: float, schedule: st
     parameters as the mechanism adds; full fine-tuning trains every weight at the base learning rate."""
     base_lr = 2e-5
     return {
-        "seed": Method(mechanism, {**seed_options, "freeze_base": True}, "mechanism", {"new": seed_lr}, schedule),
+        "seed": Method(
+            mechanism,
+            {**seed_options, "freeze_base": True},
+            "mechanism",
+            {"new": seed_lr},
+            schedule,
+            about=f"the mechanism alone, base frozen, lr {seed_lr:g} (the seed's recipe)",
+        ),
         "retrofit": Method(
             mechanism,
             {**seed_options, "identity_init": True, "freeze_base": False},
@@ -77,9 +84,11 @@ def methods_for(mechanism: str, seed_options: dict, seed_lr: float, schedule: st
             {"base": base_lr, "new": 100 * base_lr},
             schedule,
         ),
-        "lora": Method(None, {}, "lora", {"lora": 2e-4}, schedule),
-        "last-layers": Method(None, {}, "top", {"base": 1e-4}, schedule),
-        "full": Method(None, {}, "all", {"base": base_lr}, schedule),
+        "lora": Method(None, {}, "lora", {"lora": 2e-4}, schedule, about="LoRA at the mechanism's budget, lr 2e-4"),
+        "last-layers": Method(
+            None, {}, "top", {"base": 1e-4}, schedule, about="the top tensors at the mechanism's budget, lr 1e-4"
+        ),
+        "full": Method(None, {}, "all", {"base": base_lr}, schedule, about=f"every weight, lr {base_lr:g}"),
     }
 
 
@@ -217,6 +226,7 @@ RECIPES = [
         "base frozen, lr 2e-5 cosine)",
         methods=tuple(HC_METHODS),
         run=lm_run(HC_METHODS),
+        abouts={name: m.about for name, m in HC_METHODS.items()},
         scale_notes=SCALE_NOTES,
     ),
     Recipe(
@@ -226,6 +236,7 @@ RECIPES = [
         "text (seed 003: Qwen3-0.6B, base frozen, lr 1e-4)",
         methods=tuple(LATENT_METHODS),
         run=lm_run(LATENT_METHODS),
+        abouts={name: m.about for name, m in LATENT_METHODS.items()},
         scale_notes=SCALE_NOTES,
         shares={"full": "hc-gsm8k"},
     ),
