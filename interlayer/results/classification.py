@@ -202,6 +202,10 @@ RECIPES = [
         summary="Cross-layer bridges (H9) on an encoder classifier (seed 000: RoBERTa-large on RTE, H9 87.36%)",
         methods=tuple(METHODS),
         run=run,
+        notes="At the cpu scale the seed's task, RTE, does not separate anything: MiniLM-L6 stays within a few points "
+        "of the majority class whatever trains (docs/benchmarks.md, three seeds), so BBC News stands in for it. "
+        "`frozen` is the bridges' budget-matched method; `seed` and `retrofit` train the encoder too and compare "
+        "with `full`.",
         primary="accuracy",
         higher_is_better=True,
         baselines=("lora", "last-layers", "full"),

@@ -79,6 +79,8 @@ class Recipe:
     """The methods that are not the mechanism: the report compares the mechanism's best method with each."""
     abouts: dict[str, str] = field(default_factory=dict)
     """One line per method: what trains, at what learning rate (printed in the report's tables)."""
+    notes: str = ""
+    """What the recipe does not measure and why, or anything else a reader of its table needs (in the report)."""
 
 
 def revision() -> str:
@@ -127,7 +129,7 @@ def write_json_atomically(path: Path, payload: dict) -> None:
     os.replace(f.name, path)
 
 
-def measured_run(recipe: Recipe, method: str, seed: int, scale: str, work: Path, command: str) -> dict:
+def measured_run(recipe: Recipe, method: str, seed: int, scale: str, work: Path, command: str, rev: str) -> dict:
     """Run one (method, seed) of `recipe` and record it with its wall time, peak memory, revision and machine."""
     from ..bench import proc_status_bytes, reset_peak_rss
 
@@ -151,7 +153,7 @@ def measured_run(recipe: Recipe, method: str, seed: int, scale: str, work: Path,
         "wall_s": round(wall, 2),
         "peak_rss_mb": round(max(0, proc_status_bytes("VmHWM") - base) / 2**20, 1),
         "command": command,
-        "revision": revision(),
+        "revision": rev,
         "machine": machine(),
     }
 
@@ -175,6 +177,7 @@ def run_recipes(
     if scale not in SCALES:
         raise ValueError(f"`scale` must be one of {list(SCALES)}, got {scale!r}.")
     command = command or shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])
+    rev = revision()  # the code this process imported, even if the checkout changes while it runs
     plan = []
     for recipe in recipes:
         chosen = methods or list(recipe.methods)
@@ -190,10 +193,11 @@ def run_recipes(
         if not path.exists() and path not in seen:
             todo.append((recipe, method, seed))
             seen.add(path)
-    bar = tqdm(total=len(plan), initial=len(plan) - len(todo), desc="results", unit="run", disable=not progress)
+    runs = len({run_path(out, recipe, method, seed) for recipe, method, seed in plan})
+    bar = tqdm(total=runs, initial=runs - len(todo), desc="results", unit="run", disable=not progress)
     for recipe, method, seed in todo:
         bar.set_postfix_str(f"{recipe.name} {method} seed {seed}")
-        record = measured_run(recipe, method, seed, scale, Path(work or out / "work"), command)
+        record = measured_run(recipe, method, seed, scale, Path(work or out / "work"), command, rev)
         write_json_atomically(run_path(out, recipe, method, seed), record)
         bar.update()
     bar.close()

@@ -124,6 +124,8 @@ def recipe_section(recipe, methods: dict, image: str) -> tuple[list[str], str | 
     first = next(iter(methods.values()))["meta"]
     lines = [f"## {recipe.name} ({recipe.mechanism})", "", recipe.summary + ".", ""]
     lines += [f"Scale `{first['scale']}`: {recipe.scale_notes.get(first['scale'], '')}.", ""]
+    if recipe.notes:
+        lines += [recipe.notes, ""]
     metrics = sorted({m for entry in methods.values() for m in entry["metrics"]} - {"steps"})
     metrics = [recipe.primary] + [m for m in metrics if m != recipe.primary]
     lines.append("| method | what trains | trainable params | seeds | " + " | ".join(metrics) + " | wall s | peak MB |")
@@ -213,6 +215,19 @@ def write_report(out: Path, path: Path) -> str:
         "",
         f"Commands: {'; '.join(f'`{c}`' for c in commands)}. Revisions: {', '.join(revisions)}. "
         f"Machine: {'; '.join(machines)}. Wall time of all runs: {wall / 60:.0f} min.",
+        "",
+        "## Running it",
+        "",
+        "```",
+        "interlayer results --quick --out /tmp/results      # every recipe on tiny models in minutes (CI runs this)",
+        "interlayer results --out results --work runs/results-work --report docs/results.md   # the cpu scale",
+        "interlayer results --scale seed --recipes hc-gsm8k --out results-seed   # a seed's own setting, on a GPU",
+        "interlayer results --plan --scale seed             # what each recipe runs at a scale",
+        "```",
+        "",
+        "A finished run is never repeated (`OUT/runs/<recipe>/<method>/seed<S>.json`), so an interrupted run resumes "
+        "by running the same command again. The seed scale downloads the seeds' models and data from the Hub and "
+        "saves every trained model under `--work`; it has not been run for this report (no GPU here).",
         "",
         "## Which mechanism for what",
         "",
