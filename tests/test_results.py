@@ -171,3 +171,15 @@ def test_bad_command_lines_name_the_option(capsys):
     assert "`--scale` must be one of ['quick', 'cpu', 'seed'], got 'gpu'" in capsys.readouterr().err
     assert main(["results", "--scale", "seed", "--plan"]) == 0
     assert "Qwen3-0.6B" in capsys.readouterr().out
+
+
+def test_docs_results_is_the_report_of_the_committed_results(tmp_path):
+    """docs/results.md is generated: regenerate it (`interlayer results --report-only --report docs/results.md`)
+    whenever the recipes or results/*.csv change."""
+    from pathlib import Path
+
+    from interlayer.results.report import write_report
+
+    root = Path(__file__).resolve().parents[1]
+    expected = write_report(root / "results", tmp_path / "results.md").replace(str(root / "results"), "results")
+    assert (root / "docs" / "results.md").read_text() == expected

@@ -119,17 +119,25 @@ def plot_sweep(recipe, methods: dict, path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def recipe_section(recipe, methods: dict, image: str) -> tuple[list[str], str | None]:
-    """The recipe's markdown lines and its one-line verdict (None for sweeps)."""
-    first = next(iter(methods.values()))["meta"]
+def recipe_head(recipe) -> list[str]:
+    """What the recipe is: its methods and what each trains, its three scales, what it does not measure."""
     lines = [f"## {recipe.name} ({recipe.mechanism})", "", recipe.summary + ".", ""]
-    lines += [f"Scale `{first['scale']}`: {recipe.scale_notes.get(first['scale'], '')}.", ""]
+    lines += [f"- `{scale}` scale: {note}." for scale, note in recipe.scale_notes.items()]
+    lines += ["", "| method | what trains |", "| --- | --- |"]
+    lines += [f"| {name} | {recipe.abouts.get(name, '')} |" for name in recipe.methods]
+    lines.append("")
     if recipe.notes:
         lines += [recipe.notes, ""]
+    return lines
+
+
+def results_table(recipe, methods: dict) -> list[str]:
+    first = next(iter(methods.values()))["meta"]
+    lines = [f"Results at the `{first['scale']}` scale:", ""]
     metrics = sorted({m for entry in methods.values() for m in entry["metrics"]} - {"steps"})
     metrics = [recipe.primary] + [m for m in metrics if m != recipe.primary]
-    lines.append("| method | what trains | trainable params | seeds | " + " | ".join(metrics) + " | wall s | peak MB |")
-    lines.append("| --- | --- | ---: | ---: | " + " | ".join("---:" for _ in metrics) + " | ---: | ---: |")
+    lines.append("| method | trainable params | seeds | " + " | ".join(metrics) + " | wall s | peak MB |")
+    lines.append("| --- | ---: | ---: | " + " | ".join("---:" for _ in metrics) + " | ---: | ---: |")
     order = [m for m in recipe.methods if m in methods] + sorted(set(methods) - set(recipe.methods))
     for name in order:
         entry = methods[name]
@@ -137,18 +145,10 @@ def recipe_section(recipe, methods: dict, image: str) -> tuple[list[str], str | 
         trainable = "/".join(f"{n:,}" for n in sorted(entry["trainable"]))
         wall = statistics.fmean(entry["wall"].values())
         peak = statistics.fmean(entry["peak"].values())
-        about = recipe.abouts.get(name, "")
         lines.append(
-            f"| {name} | {about} | {trainable} | {len(entry['seeds'])} | "
-            + " | ".join(cells)
-            + f" | {wall:.0f} | {peak:.0f} |"
+            f"| {name} | {trainable} | {len(entry['seeds'])} | " + " | ".join(cells) + f" | {wall:.0f} | {peak:.0f} |"
         )
-    lines += ["", f"![{recipe.name}]({image})", ""]
-    if is_sweep(methods):
-        return lines, None
-    verdict = verdict_line(recipe, methods)
-    lines += [verdict, ""]
-    return lines, verdict
+    return lines + [""]
 
 
 def verdict_line(recipe, methods: dict) -> str:
@@ -176,36 +176,37 @@ def verdict_line(recipe, methods: dict) -> str:
 
 
 def write_report(out: Path, path: Path) -> str:
-    """Write the report of every recipe with rows in `out`'s CSVs to `path` (markdown) and its plots beside it in
-    `img/`; returns the markdown."""
+    """Write the report to `path` (markdown): every recipe, with the results `out`'s CSVs hold for it and their plots
+    (in `img/` beside `path`); returns the markdown."""
     from . import recipes
 
     rows = read_csvs(out)
-    if not rows:
-        raise ValueError(f"no results in {out}: run `interlayer results --out {out}` first")
     known = recipes()
     grouped = summaries(rows)
+    unknown = sorted(set(grouped) - set(known))
+    if unknown:
+        raise ValueError(f"{out} holds rows of unknown recipes {unknown}; the recipes: {', '.join(known)}")
     images = path.parent / "img"
-    images.mkdir(parents=True, exist_ok=True)
     body, verdicts = [], []
-    for name, methods in grouped.items():
-        recipe = known.get(name)
-        if recipe is None:
-            raise ValueError(f"{out} holds rows of an unknown recipe {name!r}; the recipes: {', '.join(known)}")
+    for name, recipe in known.items():
+        body += recipe_head(recipe)
+        methods = grouped.get(name)
+        if not methods:
+            body += ["No run of this recipe is recorded yet.", ""]
+            continue
+        images.mkdir(parents=True, exist_ok=True)
         image = f"results-{name}.png"
         (plot_sweep if is_sweep(methods) else plot_methods)(recipe, methods, images / image)
-        lines, verdict = recipe_section(recipe, methods, f"img/{image}")
-        body += lines
-        if verdict:
+        body += results_table(recipe, methods) + [f"![{name}](img/{image})", ""]
+        if not is_sweep(methods):
+            verdict = verdict_line(recipe, methods)
+            body += [verdict, ""]
             verdicts.append(f"- {verdict}")
-    machines = sorted({r["machine"] for r in rows})
-    revisions = sorted({r["revision"] for r in rows})
-    commands = sorted({r["command"] for r in rows})
-    wall = sum(float(r["wall_s"]) for r in {(r["recipe"], r["method"], r["seed"]): r for r in rows}.values())
+    records = {(r["recipe"], r["method"], r["seed"]): r for r in rows}.values()
     head = [
         "# Results",
         "",
-        "Generated by `interlayer results --report` from the CSVs in `" + str(out) + "/`; do not edit by hand.",
+        f"Generated by `interlayer results --report` from the CSVs in `{out}/`; do not edit by hand. "
         "Every method of a recipe starts from the same stock checkpoint and trains on the same batches in the same "
         "order for the same steps with the same seeds; LoRA and the top tensors train as many parameters as the "
         "mechanism adds (a task head, where there is one, trains in every method and is counted). Values are means "
@@ -213,9 +214,17 @@ def write_report(out: Path, path: Path) -> str:
         "the two intervals do not overlap, and picks the mechanism's best method after the fact (with a few seeds, a "
         "small advantage of the best of several methods is partly selection).",
         "",
-        f"Commands: {'; '.join(f'`{c}`' for c in commands)}. Revisions: {', '.join(revisions)}. "
-        f"Machine: {'; '.join(machines)}. Wall time of all runs: {wall / 60:.0f} min.",
-        "",
+    ]
+    if rows:
+        wall = sum(float(r["wall_s"]) for r in records)
+        head += [
+            f"Commands: {'; '.join(sorted({'`' + r['command'] + '`' for r in rows}))}. "
+            f"Revisions: {', '.join(sorted({r['revision'] for r in rows}))}. "
+            f"Machine: {'; '.join(sorted({r['machine'] for r in rows}))}. "
+            f"Wall time of all runs: {wall / 60:.0f} min.",
+            "",
+        ]
+    head += [
         "## Running it",
         "",
         "```",
@@ -231,9 +240,10 @@ def write_report(out: Path, path: Path) -> str:
         "",
         "## Which mechanism for what",
         "",
-        *verdicts,
+        *(verdicts or ["No recipe has a recorded run yet: nothing can be said about what any mechanism buys."]),
         "",
     ]
     text = "\n".join(head + body).rstrip() + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return text
