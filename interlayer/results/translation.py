@@ -234,11 +234,12 @@ RECIPE = Recipe(
             "The benchmark's model (benchmarks/marian_numbers.py: d_model 128, 2 + 2 layers, 4 heads, FFN 512, "
             "dropout 0.1) for 500 steps of 64 instead of the benchmark's 3,000, AdamW lr 1e-3, 5% warm-up then "
             "linear decay; at this length exact match is still near 0 (a trial run at seed 0 gave 0.005-0.02 on the "
-            "trained pairs; 3,000 steps reach 0.94), so the held-out losses are the informative metrics. Bridge options: the seed's layer definitions, layernorm, eps 1e-6; fixed length 16 (not "
-            "the seed's 50: the longest source is 33 characters, 50 slots would not compress it), hidden size 256 "
-            "(not 2048, which is 4x the seed model's d_model 512), 4 heads (the model's own). none-wide: encoder FFN "
-            "widened from 512 to match the lin bridge's parameters. Trained from scratch: no pretrained checkpoint "
-            "offline, so no LoRA or plain fine-tuning baseline."
+            "trained pairs; 3,000 steps reach 0.94), so the held-out losses are the informative metrics. Bridge "
+            "options: the seed's layer definitions, layernorm, eps 1e-6; fixed length 16 (not the seed's 50: the "
+            "longest source is 33 characters, 50 slots would not compress it), hidden size 256 (not 2048, which is "
+            "4x the seed model's d_model 512), 4 heads (the model's own). none-wide: encoder FFN widened from 512 to "
+            "585 to match the lin bridge's parameters. Trained from scratch: no pretrained checkpoint offline, so no "
+            "LoRA or plain fine-tuning baseline."
         ),
         "seed": (
             "Not run here. The same task at an opus-mt Marian's size (d_model 512, 6 + 6 layers, 8 heads, FFN 2048) "
