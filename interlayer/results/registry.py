@@ -1,5 +1,5 @@
 """The recipes `interlayer results` knows, in the order they run."""
 
-from . import classification, lm
+from . import classification, lm, translation
 
-RECIPES = [*lm.RECIPES, *classification.RECIPES]
+RECIPES = [*lm.RECIPES, *classification.RECIPES, translation.RECIPE]
