@@ -193,6 +193,10 @@ def cmd_results(args) -> int:
             print(f"  methods {', '.join(args.methods or recipe.methods)}; seeds {seeds}")
         return 0
     out = Path(args.out)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     if not args.report_only:
         run_recipes(
             chosen,
@@ -411,6 +415,9 @@ def build_parser() -> argparse.ArgumentParser:
     results.add_argument("--report", help="write the markdown report with its plots here (e.g. docs/results.md)")
     results.add_argument("--report-only", action="store_true", help="run nothing; only tabulate what --out holds")
     results.add_argument("--plan", action="store_true", help="print the recipes, methods and seeds; run nothing")
+    results.add_argument(
+        "--threads", type=int, help="torch threads (default: torch's; on a shared machine 1 avoids oversubscription)"
+    )
     results.set_defaults(func=cmd_results)
     return parser
 
