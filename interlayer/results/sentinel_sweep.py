@@ -57,8 +57,8 @@ CONTROLLER_BUDGET = 0.3  # the seed's max_pruned_fraction
 
 @dataclass(frozen=True)
 class Setting:
-    """The sizes of one scale: tokens per block, blocks scored / held out / trained on per controller step, the
-    forward-timing batch and repeats, the controller's steps."""
+    """The sizes of one scale: tokens per block; blocks scored, held out (in batches of `batch`) and trained on per
+    controller step; the rows of the forward-timing batch and its repeats; the controller's steps."""
 
     block: int
     score_blocks: int
@@ -67,43 +67,26 @@ class Setting:
     timing_rows: int
     timing_repeats: int
     controller_steps: int
+    controller_batch: int
     controller_warmup: int
     gate_lr: float = 0.05
-    controller_lr: float = 10.0
+    controller_lr: float = 20.0
 
 
 SETTINGS = {
     "quick": Setting(
-        block=16,
-        score_blocks=4,
-        eval_blocks=4,
-        batch=2,
-        timing_rows=2,
-        timing_repeats=2,
-        controller_steps=6,
-        controller_warmup=1,
+        block=16, score_blocks=4, eval_blocks=4, batch=2, timing_rows=2, timing_repeats=2,
+        controller_steps=6, controller_batch=2, controller_warmup=1,
     ),
     "cpu": Setting(
-        block=128,
-        score_blocks=8,
-        eval_blocks=16,
-        batch=4,
-        timing_rows=4,
-        timing_repeats=3,
-        controller_steps=16,
-        controller_warmup=2,
+        block=128, score_blocks=4, eval_blocks=8, batch=4, timing_rows=1, timing_repeats=3,
+        controller_steps=10, controller_batch=1, controller_warmup=1,
     ),
     "seed": Setting(
-        block=512,
-        score_blocks=64,
-        eval_blocks=128,
-        batch=8,
-        timing_rows=8,
-        timing_repeats=7,
-        controller_steps=300,
-        controller_warmup=30,
+        block=512, score_blocks=64, eval_blocks=128, batch=8, timing_rows=8, timing_repeats=7,
+        controller_steps=300, controller_batch=8, controller_warmup=30,
     ),
-}
+}  # fmt: skip
 
 QUICK_VOCAB = 64
 
@@ -383,7 +366,8 @@ def run_sweep(family: Family, method: str, seed: int, scale: str, workdir: Path)
     reference = copy.deepcopy(model)
     trainable, train_tokens = 0, 0
     if strategy == "controller":
-        steps = seeded_batches(train_blocks, setting.controller_steps * setting.batch, setting.batch, generator)
+        count = setting.controller_steps * setting.controller_batch
+        steps = seeded_batches(train_blocks, count, setting.controller_batch, generator)
         trainable = run_controller(model, [{k: v.to(device) for k, v in b.items()} for b in steps], setting, device)
         train_tokens = sum(b["input_ids"].numel() for b in steps)
     elif strategy != "none":
@@ -420,14 +404,17 @@ def run_sweep(family: Family, method: str, seed: int, scale: str, workdir: Path)
     )
 
 
-SCALE_NOTES = {
-    "quick": "tiny random stock models (2 layers x 6 heads, hidden 48) on a synthetic token stream; blocks of 16",
-    "cpu": "tinyshakespeare, last 10% held out; 16 held-out blocks of 128 tokens, 8 scoring blocks, 16 controller "
-    "steps of 4 x 128 tokens; forward timed on 4 x 128 tokens, median of 3 interleaved repeats; no fine-tune after "
-    "pruning",
-    "seed": "the seed's model from the Hub on a GPU in bf16; 128 held-out blocks of 512 tokens, 64 scoring blocks, "
-    "300 controller steps of 8 x 512 tokens",
-}
+def describe(scale: str) -> str:
+    """What a scale's runs measure on, from its `Setting` (so that the notes stay true to the sizes)."""
+    c = SETTINGS[scale]
+    data = "a synthetic token stream" if scale == "quick" else "tinyshakespeare"
+    return (
+        f"{data}, last 10% held out: {c.eval_blocks} held-out blocks of {c.block} tokens, {c.score_blocks} scoring "
+        f"blocks; controller: {c.controller_steps} steps of {c.controller_batch} x {c.block} tokens (gates only); "
+        f"forward timed on {c.timing_rows} x {c.block} tokens, median of {c.timing_repeats} interleaved repeats; "
+        "no fine-tune after pruning"
+    )
+
 
 SENTINEL_SMOLLM2 = Recipe(
     name="sentinel-smollm2",
@@ -437,8 +424,13 @@ SENTINEL_SMOLLM2 = Recipe(
     "FLAP) and by the seed's controller",
     methods=METHODS,
     run=lambda method, seed, scale, workdir: run_sweep(SMOLLM2, method, seed, scale, workdir),
-    seeds={"quick": (0, 1), "cpu": (0, 1), "seed": (0, 1, 2)},
-    scale_notes={**SCALE_NOTES, "cpu": "SmolLM2-135M (the offline GGUF dequantised); " + SCALE_NOTES["cpu"]},
+    seeds={"quick": (0, 1), "cpu": (0,), "seed": (0, 1, 2)},
+    scale_notes={
+        "quick": "a random stock Llama (2 layers x 6 heads, 2 key/value heads, hidden 48); " + describe("quick"),
+        "cpu": "SmolLM2-135M (the offline GGUF, dequantised), one seed (a run costs about a minute on 2 cores); "
+        + describe("cpu"),
+        "seed": "HuggingFaceTB/SmolLM2-135M from the Hub, on a GPU in bf16; " + describe("seed"),
+    },
 )
 
 SENTINEL_GPT2 = Recipe(
@@ -450,9 +442,11 @@ SENTINEL_GPT2 = Recipe(
     run=lambda method, seed, scale, workdir: run_sweep(GPT2, method, seed, scale, workdir),
     seeds={"quick": (0, 1), "cpu": (0, 1, 2), "seed": (0, 1, 2)},
     scale_notes={
-        **SCALE_NOTES,
-        "cpu": "GPT-2 architecture (6 layers x 8 heads, hidden 256, BPE 1,024) trained from scratch for 400 steps of "
-        "16 x 128 tokens on the first 90% of tinyshakespeare, once per output folder; " + SCALE_NOTES["cpu"],
+        "quick": "a random stock GPT-2 (2 layers x 6 heads, hidden 48); " + describe("quick"),
+        "cpu": "GPT-2 architecture (6 layers x 8 heads, hidden 256, BPE 1,024) trained from scratch for 300 steps of "
+        "8 x 128 tokens on the first 90% of tinyshakespeare, once per output folder (no GPT-2 weights offline); "
+        + describe("cpu"),
+        "seed": "gpt2 from the Hub, on a GPU in bf16; " + describe("seed"),
     },
 )
 
