@@ -443,7 +443,7 @@ SENTINEL_GPT2 = Recipe(
     seeds={"quick": (0, 1), "cpu": (0, 1, 2), "seed": (0, 1, 2)},
     scale_notes={
         "quick": "a random stock GPT-2 (2 layers x 6 heads, hidden 48); " + describe("quick"),
-        "cpu": "GPT-2 architecture (6 layers x 8 heads, hidden 256, BPE 1,024) trained from scratch for 300 steps of "
+        "cpu": "GPT-2 architecture (6 layers x 8 heads, hidden 256, BPE 1,024) trained from scratch for 200 steps of "
         "8 x 128 tokens on the first 90% of tinyshakespeare, once per output folder (no GPT-2 weights offline); "
         + describe("cpu"),
         "seed": "gpt2 from the Hub, on a GPU in bf16; " + describe("seed"),
