@@ -154,12 +154,21 @@ def head_fluctuation(model, batches: Iterable[dict]) -> list[torch.Tensor]:
     return scores
 
 
+def standardised(scores: torch.Tensor) -> torch.Tensor:
+    """A layer's scores minus their mean, over their standard deviation (FLAP's adaptive structure: a global ranking
+    of standardised scores, since the raw fluctuation's scale differs from layer to layer); zeros where a layer has
+    fewer than two heads or all its scores are equal."""
+    if scores.numel() < 2 or not scores.std() > 0:
+        return torch.zeros_like(scores)
+    return (scores - scores.mean()) / scores.std()
+
+
 def head_scores(model, strategy: str, batches: Iterable[dict] | None = None, seed: int = 0) -> list[torch.Tensor]:
     """Importance of every remaining head, one tensor per layer: higher means keep.
 
     entropy: minus the mean attention entropy (diffuse heads go first, as the seed's controller assumes);
     magnitude: weight norm; random: seeded noise; importance: |dL/d mask| (Michel et al. 2019); flap: FLAP's
-    fluctuation metric (An et al. 2024, `head_fluctuation`)."""
+    fluctuation metric (An et al. 2024, `head_fluctuation`), standardised within each layer."""
     if strategy not in STRATEGIES:
         raise ValueError(f"`strategy` must be one of {list(STRATEGIES)}, got {strategy!r}.")
     if strategy == "entropy":
@@ -169,7 +178,7 @@ def head_scores(model, strategy: str, batches: Iterable[dict] | None = None, see
     if strategy == "importance":
         return mask_gradient(model, batches)
     if strategy == "flap":
-        return head_fluctuation(model, batches)
+        return [standardised(s) for s in head_fluctuation(model, batches)]
     generator = torch.Generator().manual_seed(seed)
     return [torch.rand(a.num_heads, generator=generator) for a in _attentions(model)]
 

@@ -14,7 +14,7 @@ Two recipes, the same sweep on two families:
 Methods: `none@0` (the converted, unpruned model), `<strategy>@<percent>` for the strategies `entropy`,
 `magnitude`, `importance` (Michel et al. 2019), `random` and `flap` (the one-shot structured-pruning baseline of
 FLAP, An et al. 2024, arXiv:2312.11983: the fluctuation of each head's input to the output projection times the
-squared norm of its columns; `interlayer.sentinel.head_fluctuation`) at 20, 40 and 60% of the heads, and
+squared norm of its columns, standardised within each layer; `interlayer.sentinel.head_fluctuation`) at 20, 40 and 60% of the heads, and
 `controller`: a short run training only the gate logits with the L1 pressure while `SentinelControllerCallback`
 (driven step by step, as the Trainer would) lowers and masks heads within its budget (the seed's 30%), then
 `prune_masked_heads()`; its `heads_pruned` is what the controller chose to remove.
@@ -79,7 +79,7 @@ SETTINGS = {
         controller_steps=6, controller_batch=2, controller_warmup=1,
     ),
     "cpu": Setting(
-        block=128, score_blocks=4, eval_blocks=8, batch=4, timing_rows=1, timing_repeats=3,
+        block=128, score_blocks=8, eval_blocks=16, batch=4, timing_rows=2, timing_repeats=3,
         controller_steps=10, controller_batch=1, controller_warmup=1,
     ),
     "seed": Setting(
@@ -424,10 +424,10 @@ SENTINEL_SMOLLM2 = Recipe(
     "FLAP) and by the seed's controller",
     methods=METHODS,
     run=lambda method, seed, scale, workdir: run_sweep(SMOLLM2, method, seed, scale, workdir),
-    seeds={"quick": (0, 1), "cpu": (0,), "seed": (0, 1, 2)},
+    seeds={"quick": (0, 1), "cpu": (0, 1, 2), "seed": (0, 1, 2)},
     scale_notes={
         "quick": "a random stock Llama (2 layers x 6 heads, 2 key/value heads, hidden 48); " + describe("quick"),
-        "cpu": "SmolLM2-135M (the offline GGUF, dequantised), one seed (a run costs about a minute on 2 cores); "
+        "cpu": "SmolLM2-135M (the offline GGUF, dequantised); "
         + describe("cpu"),
         "seed": "HuggingFaceTB/SmolLM2-135M from the Hub, on a GPU in bf16; " + describe("seed"),
     },
