@@ -14,8 +14,8 @@ Two recipes, the same sweep on two families:
 Methods: `none@0` (the converted, unpruned model), `<strategy>@<percent>` for the strategies `entropy`,
 `magnitude`, `importance` (Michel et al. 2019), `random` and `flap` (the one-shot structured-pruning baseline of
 FLAP, An et al. 2024, arXiv:2312.11983: the fluctuation of each head's input to the output projection times the
-squared norm of its columns, standardised within each layer; `interlayer.sentinel.head_fluctuation`) at 20, 40 and 60% of the heads, and
-`controller`: a short run training only the gate logits with the L1 pressure while `SentinelControllerCallback`
+squared norm of its columns, standardised within each layer; `interlayer.sentinel.head_fluctuation`) at 20, 40
+and 60% of the heads, and `controller`: a short run training only the gate logits with the L1 pressure while `SentinelControllerCallback`
 (driven step by step, as the Trainer would) lowers and masks heads within its budget (the seed's 30%), then
 `prune_masked_heads()`; its `heads_pruned` is what the controller chose to remove.
 
