@@ -15,9 +15,9 @@ Methods: `none@0` (the converted, unpruned model), `<strategy>@<percent>` for th
 `magnitude`, `importance` (Michel et al. 2019), `random` and `flap` (the one-shot structured-pruning baseline of
 FLAP, An et al. 2024, arXiv:2312.11983: the fluctuation of each head's input to the output projection times the
 squared norm of its columns, standardised within each layer; `interlayer.sentinel.head_fluctuation`) at 20, 40
-and 60% of the heads, and `controller`: a short run training only the gate logits with the L1 pressure while `SentinelControllerCallback`
-(driven step by step, as the Trainer would) lowers and masks heads within its budget (the seed's 30%), then
-`prune_masked_heads()`; its `heads_pruned` is what the controller chose to remove.
+and 60% of the heads, and `controller`: a short run training only the gate logits with the L1 pressure while
+`SentinelControllerCallback` (driven step by step, as the Trainer would) lowers and masks heads within its budget
+(the seed's 30%), then `prune_masked_heads()`; its `heads_pruned` is what the controller chose to remove.
 
 Pruning is per head (`uniform=False`): the least important `round(share * all heads)` query heads over the whole
 model, so `heads_pruned` equals the requested share to within half a head (1/540 on SmolLM2's 270 heads); layers
