@@ -82,13 +82,13 @@ def cmd_prune(args) -> int:
             "(--fraction 0)"
         )
     batches = None
-    if args.strategy in ("entropy", "importance"):
+    if args.strategy in ("entropy", "importance", "flap"):
         if not args.text_file:
             raise ValueError(f"--strategy {args.strategy} scores heads on data: pass --text-file")
         if args.strategy == "importance" and task != "causal-lm":
             raise ValueError(
                 f"--strategy importance scores heads by the language-modelling loss on --text-file; {args.model} is a "
-                f"{task} model: use entropy, magnitude or random"
+                f"{task} model: use entropy, magnitude, random or flap"
             )
         tokenizer = AutoTokenizer.from_pretrained(args.model)
         with open(args.text_file, encoding="utf-8") as f:
@@ -293,9 +293,9 @@ def build_parser() -> argparse.ArgumentParser:
         "model", help="a saved sentinel model of any family, or a stock checkpoint of one (converted on the way)"
     )
     prune.add_argument("output")
-    prune.add_argument("--strategy", required=True, choices=["entropy", "magnitude", "random", "importance"])
+    prune.add_argument("--strategy", required=True, choices=["entropy", "magnitude", "random", "importance", "flap"])
     prune.add_argument("--fraction", type=float, required=True, help="fraction of all heads pruned in total")
-    prune.add_argument("--text-file", help="text to score heads on (entropy and importance)")
+    prune.add_argument("--text-file", help="text to score heads on (entropy, importance, flap)")
     prune.add_argument("--batches", type=int, default=8)
     prune.add_argument("--batch-size", type=int, default=4)
     prune.add_argument("--seq-len", type=int, default=128)

@@ -90,20 +90,21 @@ def train(
 
 @torch.no_grad()
 def lm_eval_loss(model, batches: list[dict], device="cpu") -> dict[str, float]:
-    """Held-out causal-LM loss (mean over predicted tokens) and perplexity."""
+    """Held-out causal-LM loss (mean over the predicted tokens), perplexity and next-token top-1 accuracy."""
     model.eval()
-    total, tokens = 0.0, 0
+    total, right, tokens = 0.0, 0, 0
     for batch in batches:
         batch = {k: v.to(device) for k, v in batch.items()}
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.float()
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1].float()
         labels = batch["labels"][:, 1:]
-        losses = torch.nn.functional.cross_entropy(
-            logits[:, :-1].reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100, reduction="sum"
-        )
-        total += losses.item()
-        tokens += (labels != -100).sum().item()
+        real = labels != -100
+        total += torch.nn.functional.cross_entropy(
+            logits.transpose(1, 2), labels, ignore_index=-100, reduction="sum"
+        ).item()
+        right += ((logits.argmax(-1) == labels) & real).sum().item()
+        tokens += real.sum().item()
     loss = total / tokens
-    return {"eval_loss": loss, "perplexity": math.exp(loss)}
+    return {"eval_loss": loss, "perplexity": math.exp(loss), "token_accuracy": right / tokens}
 
 
 @torch.no_grad()
