@@ -212,7 +212,8 @@ def cmd_results(args) -> int:
 
         write_report(out, Path(args.report))
         print(f"report: {args.report}")
-    print(f"results: {', '.join(str(out / (r.name + '.csv')) for r in chosen)}")
+    if not args.report_only:
+        print(f"results: {', '.join(str(out / (r.name + '.csv')) for r in chosen)}")
     return 0
 
 

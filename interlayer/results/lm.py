@@ -62,6 +62,11 @@ SCALES = {
 }
 
 
+def lr(value: float) -> str:
+    """A learning rate as the seeds write them: 2e-5, 1e-3."""
+    return f"{value:.0e}".replace("e-0", "e-")
+
+
 def methods_for(mechanism: str, seed_options: dict, seed_lr: float, schedule: str) -> dict[str, Method]:
     """The five methods of a decoder recipe. The seed's recipe trains the mechanism alone at the seed's learning
     rate; the retrofit recipe (identity at conversion, new parameters at 100x the base learning rate, the base
@@ -75,7 +80,7 @@ def methods_for(mechanism: str, seed_options: dict, seed_lr: float, schedule: st
             "mechanism",
             {"new": seed_lr},
             schedule,
-            about=f"the mechanism alone, base frozen, lr {seed_lr:g} (the seed's recipe)",
+            about=f"the mechanism alone, base frozen, lr {lr(seed_lr)} (the seed's recipe)",
         ),
         "retrofit": Method(
             mechanism,
@@ -83,12 +88,13 @@ def methods_for(mechanism: str, seed_options: dict, seed_lr: float, schedule: st
             "mechanism+base",
             {"base": base_lr, "new": 100 * base_lr},
             schedule,
+            about=f"identity at conversion; base lr {lr(base_lr)}, the mechanism at 100x ({lr(100 * base_lr)})",
         ),
         "lora": Method(None, {}, "lora", {"lora": 2e-4}, schedule, about="LoRA at the mechanism's budget, lr 2e-4"),
         "last-layers": Method(
             None, {}, "top", {"base": 1e-4}, schedule, about="the top tensors at the mechanism's budget, lr 1e-4"
         ),
-        "full": Method(None, {}, "all", {"base": base_lr}, schedule, about=f"every weight, lr {base_lr:g}"),
+        "full": Method(None, {}, "all", {"base": base_lr}, schedule, about=f"every weight, lr {lr(base_lr)}"),
     }
 
 
