@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from .core import Recipe, RunResult
+from .core import Recipe, RunResult, checkpoints
 from .loops import classification_eval, fingerprint, param_groups, train, trainable_count
 from .methods import Method, build
 
@@ -89,10 +89,6 @@ SCALES = {
         dtype="bfloat16",
     ),
 }
-
-
-def checkpoints(workdir: Path) -> Path:
-    return workdir.parents[2] / "checkpoints"
 
 
 def stock_checkpoint(scale: ClassificationScale, workdir: Path) -> str:

@@ -116,6 +116,12 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, {device}, torch {torch.__version__}"
 
 
+def checkpoints(workdir: Path) -> Path:
+    """The folder where a run (working in `workdir` = WORK/<recipe>/<method>/seed<S>) finds or writes the stock
+    checkpoints its recipe builds, shared by every run with the same WORK folder."""
+    return Path(workdir).parents[2] / "checkpoints"
+
+
 def run_path(out: Path, recipe: Recipe, method: str, seed: int) -> Path:
     return out / "runs" / recipe.shares.get(method, recipe.name) / method / f"seed{seed}.json"
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from .core import Recipe, RunResult
+from .core import Recipe, RunResult, checkpoints
 from .loops import fingerprint, lm_eval_loss, param_groups, train, trainable_count
 from .methods import Method, build
 
@@ -102,10 +102,6 @@ HC_OPTIONS = dict(hc_mode="static", hc_streams=4)
 LATENT_OPTIONS = dict(latent_source="same_position", identity_init=False)  # the seed's init: gate 0.5, Xavier up
 HC_METHODS = methods_for("hyper-connections", HC_OPTIONS, seed_lr=2e-5, schedule="cosine")
 LATENT_METHODS = methods_for("latent", LATENT_OPTIONS, seed_lr=1e-4, schedule="linear")
-
-
-def checkpoints(workdir: Path) -> Path:
-    return workdir.parents[2] / "checkpoints"
 
 
 def gsm8k_texts(scale: LMScale) -> tuple[list[str], list[str]]:

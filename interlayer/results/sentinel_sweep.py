@@ -45,7 +45,7 @@ from pathlib import Path
 
 import torch
 
-from .core import Recipe, RunResult
+from .core import Recipe, RunResult, checkpoints
 from .loops import fingerprint, lm_eval_loss, param_groups, train
 
 STRATEGY_NAMES = ("entropy", "magnitude", "importance", "random", "flap")
@@ -113,11 +113,6 @@ def device_and_dtype(scale: str) -> tuple[str, torch.dtype]:
     if scale == "seed" and torch.cuda.is_available():
         return "cuda", torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
     return "cpu", torch.float32
-
-
-def checkpoints_folder(workdir: Path) -> Path:
-    """`OUT/work/checkpoints`: what every run of an output folder shares (built once)."""
-    return Path(workdir).parents[2] / "checkpoints"
 
 
 # ---- checkpoints -------------------------------------------------------------------------------------------------
@@ -219,7 +214,7 @@ class Family:
     hub_id: str
 
     def checkpoint(self, scale: str, workdir: Path) -> str:
-        folder = checkpoints_folder(workdir)
+        folder = checkpoints(workdir)
         if scale == "quick":
             return self.quick(folder / f"tiny-{self.model_class}")
         if scale == "cpu":
@@ -253,7 +248,7 @@ def token_blocks(scale: str, checkpoint: str, block: int, workdir: Path) -> tupl
         cut = int(0.9 * len(stream))
         return lm_blocks(stream[:cut], block), lm_blocks(stream[cut:], block)
     name = checkpoint.replace("/", "--") if scale == "seed" else Path(checkpoint).name  # a Hub id, or a folder
-    cache = checkpoints_folder(workdir) / "tokens" / f"{name}-{block}.pt"
+    cache = checkpoints(workdir) / "tokens" / f"{name}-{block}.pt"
     if cache.exists():
         return tuple(torch.load(cache))
     from transformers import AutoTokenizer
