@@ -82,13 +82,13 @@ def cmd_prune(args) -> int:
             "(--fraction 0)"
         )
     batches = None
-    if args.strategy in ("entropy", "importance"):
+    if args.strategy in ("entropy", "importance", "flap"):
         if not args.text_file:
             raise ValueError(f"--strategy {args.strategy} scores heads on data: pass --text-file")
         if args.strategy == "importance" and task != "causal-lm":
             raise ValueError(
                 f"--strategy importance scores heads by the language-modelling loss on --text-file; {args.model} is a "
-                f"{task} model: use entropy, magnitude or random"
+                f"{task} model: use entropy, magnitude, random or flap"
             )
         tokenizer = AutoTokenizer.from_pretrained(args.model)
         with open(args.text_file, encoding="utf-8") as f:
@@ -173,6 +173,50 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_results(args) -> int:
+    from .results import SCALES, recipes, run_recipes
+
+    known = recipes()
+    names = args.recipes or list(known)
+    for name in names:
+        if name not in known:
+            raise ValueError(f"`--recipes`: no recipe {name!r}; the recipes: {', '.join(known)}.")
+    scale = "quick" if args.quick else args.scale
+    if scale not in SCALES:
+        raise ValueError(f"`--scale` must be one of {list(SCALES)}, got {scale!r}.")
+    chosen = [known[name] for name in names]
+    if args.plan:
+        for recipe in chosen:
+            seeds = args.seeds or list(recipe.seeds[scale])
+            print(f"{recipe.name} ({recipe.mechanism}): {recipe.summary}")
+            print(f"  {scale}: {recipe.scale_notes.get(scale, '')}")
+            print(f"  methods {', '.join(args.methods or recipe.methods)}; seeds {seeds}")
+        return 0
+    out = Path(args.out)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    if not args.report_only:
+        run_recipes(
+            chosen,
+            scale,
+            out,
+            methods=args.methods,
+            seeds=args.seeds,
+            work=args.work,
+            command="interlayer results " + " ".join(args.argv),
+        )
+    if args.report:
+        from .results.report import write_report
+
+        write_report(out, Path(args.report))
+        print(f"report: {args.report}")
+    if not args.report_only:
+        print(f"results: {', '.join(str(out / (r.name + '.csv')) for r in chosen)}")
+    return 0
+
+
 def cmd_demo(args) -> int:
     from .demo import run_demo
 
@@ -250,9 +294,9 @@ def build_parser() -> argparse.ArgumentParser:
         "model", help="a saved sentinel model of any family, or a stock checkpoint of one (converted on the way)"
     )
     prune.add_argument("output")
-    prune.add_argument("--strategy", required=True, choices=["entropy", "magnitude", "random", "importance"])
+    prune.add_argument("--strategy", required=True, choices=["entropy", "magnitude", "random", "importance", "flap"])
     prune.add_argument("--fraction", type=float, required=True, help="fraction of all heads pruned in total")
-    prune.add_argument("--text-file", help="text to score heads on (entropy and importance)")
+    prune.add_argument("--text-file", help="text to score heads on (entropy, importance, flap)")
     prune.add_argument("--batches", type=int, default=8)
     prune.add_argument("--batch-size", type=int, default=4)
     prune.add_argument("--seq-len", type=int, default=128)
@@ -352,6 +396,30 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--layers", type=int, help="decoder layers of the Llama cases (default: 30, SmolLM2-135M)")
     bench.add_argument("--in-process", action="store_true", help="no subprocess per case (memory figures shared)")
     bench.set_defaults(func=cmd_bench)
+
+    results = sub.add_parser(
+        "results",
+        help="every seed's experiment as a recipe, against LoRA, plain and full fine-tuning, several seeds (resumable)",
+    )
+    results.add_argument("--recipes", nargs="+", help="default: every recipe (see --plan)")
+    results.add_argument("--methods", nargs="+", help="only these methods of each recipe (default: all)")
+    results.add_argument("--seeds", nargs="+", type=int, help="default: the scale's seeds (cpu: 0 1 2)")
+    results.add_argument(
+        "--scale",
+        default="cpu",
+        help="quick (tiny models, minutes), cpu (the offline checkpoints, about two hours on 2 cores) or seed (the "
+        "seeds' models and data from the Hub, a GPU) (default: %(default)s)",
+    )
+    results.add_argument("--quick", action="store_true", help="the same as --scale quick")
+    results.add_argument("--out", default="results", help="folder of the CSVs and run records (default: %(default)s)")
+    results.add_argument("--work", help="folder for checkpoints and scratch files (default: OUT/work)")
+    results.add_argument("--report", help="write the markdown report with its plots here (e.g. docs/results.md)")
+    results.add_argument("--report-only", action="store_true", help="run nothing; only tabulate what --out holds")
+    results.add_argument("--plan", action="store_true", help="print the recipes, methods and seeds; run nothing")
+    results.add_argument(
+        "--threads", type=int, help="torch threads (default: torch's; on a shared machine 1 avoids oversubscription)"
+    )
+    results.set_defaults(func=cmd_results)
     return parser
 
 

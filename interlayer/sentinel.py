@@ -9,8 +9,9 @@ from collections.abc import Iterable
 import torch
 
 from .callbacks import ResumableCallback, _unwrap, add_to_logs, mean_tensor_over_ranks
+from .models.modeling_sentinel import _feature_dims
 
-STRATEGIES = ("entropy", "magnitude", "random", "importance")
+STRATEGIES = ("entropy", "magnitude", "random", "importance", "flap")
 
 
 def _attentions(model):
@@ -103,11 +104,71 @@ def mask_gradient(model, batches: Iterable[dict], absolute: bool = True) -> list
     return sums
 
 
+@torch.no_grad()
+def head_fluctuation(model, batches: Iterable[dict]) -> list[torch.Tensor]:
+    """FLAP's fluctuation metric per remaining head, one tensor per layer (An et al. 2024, "Fluctuation-based Adaptive
+    Structured Pruning for Large Language Models", AAAI, arXiv:2312.11983, eq. 5): for every input feature j of the
+    output projection, the variance over the batches' real tokens of its input X_j (the heads' gated outputs) times
+    the squared norm of its weight column W_{:,j}, summed over the head's features. A head whose output hardly moves
+    from its mean, or whose columns are small, changes the layer's output little when removed (FLAP then adds the
+    mean back as a bias; that compensation is not done here: the pruned model is the stock one with fewer heads)."""
+    inner = _unwrap(model)
+    out_path = inner.sentinel_roles.out
+    modules = [layer.get_submodule(out_path) for layer in inner.sentinel_layers]
+    sums = [None] * len(modules)  # per layer: (tokens, sum of x, sum of x^2) in float64
+    real: list[torch.Tensor | None] = [None]
+
+    def collect(index):
+        def hook(module, args):
+            x = args[0].reshape(-1, args[0].shape[-1]).double()
+            if real[0] is not None:
+                x = x[real[0].reshape(-1).to(x.device)]
+            n, s, q = sums[index] or (0, 0.0, 0.0)
+            sums[index] = (n + x.shape[0], s + x.sum(0), q + x.pow(2).sum(0))
+
+        return hook
+
+    handles = [m.register_forward_pre_hook(collect(i)) for i, m in enumerate(modules)]
+    was_training = model.training
+    model.eval()
+    try:
+        for batch in _batches(batches, "flap"):
+            mask = batch.get("attention_mask")
+            real[0] = mask.bool() if mask is not None else None
+            model(**{k: v for k, v in batch.items() if k != "labels"})
+    finally:
+        for handle in handles:
+            handle.remove()
+        model.train(was_training)
+    scores = []
+    for attn, module, stats in zip(_attentions(model), modules, sums):
+        if not attn.num_heads or stats is None:
+            scores.append(torch.zeros(attn.num_heads))
+            continue
+        n, s, q = stats
+        mean = s / max(n, 1)
+        variance = (q / max(n, 1) - mean.pow(2)).clamp(min=0)
+        _, in_dim = _feature_dims(module)
+        columns = module.weight.movedim(in_dim, 0).double().pow(2).sum(1).to(variance.device)
+        scores.append((variance * columns).view(attn.num_heads, attn.head_dim).sum(1).float().cpu())
+    return scores
+
+
+def standardised(scores: torch.Tensor) -> torch.Tensor:
+    """A layer's scores minus their mean, over their standard deviation (FLAP's adaptive structure: a global ranking
+    of standardised scores, since the raw fluctuation's scale differs from layer to layer); zeros where a layer has
+    fewer than two heads or all its scores are equal."""
+    if scores.numel() < 2 or not scores.std() > 0:
+        return torch.zeros_like(scores)
+    return (scores - scores.mean()) / scores.std()
+
+
 def head_scores(model, strategy: str, batches: Iterable[dict] | None = None, seed: int = 0) -> list[torch.Tensor]:
     """Importance of every remaining head, one tensor per layer: higher means keep.
 
     entropy: minus the mean attention entropy (diffuse heads go first, as the seed's controller assumes);
-    magnitude: weight norm; random: seeded noise; importance: |dL/d mask| (Michel et al. 2019)."""
+    magnitude: weight norm; random: seeded noise; importance: |dL/d mask| (Michel et al. 2019); flap: FLAP's
+    fluctuation metric (An et al. 2024, `head_fluctuation`), standardised within each layer."""
     if strategy not in STRATEGIES:
         raise ValueError(f"`strategy` must be one of {list(STRATEGIES)}, got {strategy!r}.")
     if strategy == "entropy":
@@ -116,6 +177,8 @@ def head_scores(model, strategy: str, batches: Iterable[dict] | None = None, see
         return head_magnitude(model)
     if strategy == "importance":
         return mask_gradient(model, batches)
+    if strategy == "flap":
+        return [standardised(s) for s in head_fluctuation(model, batches)]
     generator = torch.Generator().manual_seed(seed)
     return [torch.rand(a.num_heads, generator=generator) for a in _attentions(model)]
 

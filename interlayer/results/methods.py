@@ -1,0 +1,80 @@
+"""The methods a recipe compares, and how each one's model is built from the same stock checkpoint.
+
+A method is the mechanism (with the seed's recipe, the retrofit recipe, or trained alone) or a stock baseline:
+LoRA and plain fine-tuning of the top tensors at the mechanism's trainable budget, and full fine-tuning. Learning
+rates are per group: `base` (the stock weights), `new` (the mechanism's), `lora` (the adapters), `head` (a task
+head every method trains).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from .budget import apply_lora, head_parameters, lora_layout, mechanism_parameters, train_top_tensors
+
+TRAINS = ("mechanism", "mechanism+base", "lora", "top", "all")
+
+
+@dataclass(frozen=True)
+class Method:
+    """`mechanism`: None for the stock model; `options`: its conversion options; `trains`: which parameters train
+    (one of `TRAINS`; a task head always trains); `lrs`: the learning rate of each group that trains."""
+
+    mechanism: str | None
+    options: dict
+    trains: str
+    lrs: dict
+    schedule: str = "linear"
+    about: str = ""
+    convert_kwargs: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.trains not in TRAINS:
+            raise ValueError(f"`trains` must be one of {list(TRAINS)}, got {self.trains!r}.")
+
+
+def budget_of(checkpoint: str, method: Method) -> int:
+    """The number of parameters `method`'s mechanism adds to the checkpoint."""
+    from ..zoo import convert
+
+    model, _ = convert(checkpoint, method.mechanism, **method.convert_kwargs, **method.options)
+    return sum(p.numel() for p in mechanism_parameters(model).values())
+
+
+def build(method: Method, checkpoint: str, budget_method: Method, seed: int, auto_class, lora_sets, dtype=None, **kw):
+    """The model of `method` with `requires_grad` set, a function naming each trainable parameter's learning-rate
+    group, and details of the layout (LoRA's, or the top tensors trained: chosen so that as many parameters train as
+    `budget_method`'s mechanism adds). `seed` seeds every new parameter's initialisation."""
+    from ..zoo import convert
+
+    torch.manual_seed(seed)
+    details: dict = {}
+    if method.mechanism is not None:
+        model, _ = convert(checkpoint, method.mechanism, **method.convert_kwargs, **method.options)
+        markers = model.mechanism_param_markers
+        head = set(head_parameters(model))
+        for name, p in model.named_parameters():
+            mine = any(m in name for m in markers)
+            p.requires_grad_(mine or name in head or method.trains == "mechanism+base")
+        classify = lambda name: "new" if any(m in name for m in markers) else "head" if name in head else "base"  # noqa: E731
+        return model.to(dtype) if dtype else model, classify, details
+    model = auto_class.from_pretrained(checkpoint, dtype=dtype, **kw)
+    head = set(head_parameters(model))
+    classify = lambda name: "head" if name in head or "modules_to_save" in name else "base"  # noqa: E731
+    if method.trains == "all":
+        return model, classify, details
+    budget = budget_of(checkpoint, budget_method)
+    details["budget"] = budget
+    if method.trains == "lora":
+        layout = lora_layout(model, budget, lora_sets)
+        details["lora"] = layout.describe()
+        head_modules = sorted({name.split(".")[0] for name in head})
+        model = apply_lora(model, layout, modules_to_save=head_modules or None)
+        return model, (lambda name: "head" if "modules_to_save" in name else "lora"), details
+    _, details["top_tensors"] = train_top_tensors(model, budget)
+    for name, p in model.named_parameters():
+        if name in head:
+            p.requires_grad_(True)
+    return model, classify, details
