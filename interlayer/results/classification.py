@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from .core import Recipe, RunResult, checkpoints
-from .loops import classification_eval, fingerprint, param_groups, train, trainable_count
+from .loops import classification_eval, fingerprint, mixed_precision, param_groups, train, trainable_count
 from .methods import Method, build
 
 BERT_LORA_SETS = [
@@ -68,7 +68,7 @@ class ClassificationScale:
     batch: int
     max_length: int
     held_out: int
-    dtype: str = "float32"
+    autocast: str | None = None  # "bfloat16": float32 weights, bf16 autocast (the seed ran fp16 mixed precision)
 
 
 SCALES = {
@@ -86,7 +86,7 @@ SCALES = {
         batch=8,
         max_length=128,
         held_out=0,
-        dtype="bfloat16",
+        autocast="bfloat16",
     ),
 }
 
@@ -156,7 +156,6 @@ def run(method_name: str, seed: int, scale_name: str, workdir: Path) -> RunResul
 
     scale = SCALES[scale_name]
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    dtype = getattr(torch, scale.dtype)
     checkpoint = stock_checkpoint(scale, workdir)
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
     train_texts, train_labels, eval_texts, eval_labels, classes = texts_and_labels(scale)
@@ -177,13 +176,13 @@ def run(method_name: str, seed: int, scale_name: str, workdir: Path) -> RunResul
         seed,
         AutoModelForSequenceClassification,
         BERT_LORA_SETS,
-        dtype=dtype,
         num_labels=classes,
     )
     model = model.to(device)
     groups = param_groups(model, method.lrs, classify, weight_decay=0.01)
-    log = train(model, groups, train_batches, device=device)
-    metrics = {**classification_eval(model, eval_batches, device), **log}
+    with mixed_precision(device, scale.autocast):
+        log = train(model, groups, train_batches, device=device)
+        metrics = {**classification_eval(model, eval_batches, device), **log}
     if scale_name == "seed":
         model.save_pretrained(workdir / "model")
     tokens = sum(int(b["attention_mask"].sum()) for b in train_batches)

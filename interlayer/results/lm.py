@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from .core import Recipe, RunResult, checkpoints
-from .loops import fingerprint, lm_eval_loss, param_groups, train, trainable_count
+from .loops import fingerprint, lm_eval_loss, mixed_precision, param_groups, train, trainable_count
 from .methods import Method, build
 
 LLAMA_LORA_SETS = [
@@ -42,7 +42,7 @@ class LMScale:
     eval_blocks: int
     held_out: int  # problems held out at the end of the training file
     accumulation: int = 1
-    dtype: str = "float32"
+    autocast: str | None = None  # "bfloat16": float32 weights, bf16 autocast (the seeds' mixed precision)
 
 
 SCALES = {
@@ -57,7 +57,7 @@ SCALES = {
         eval_blocks=256,
         held_out=0,
         accumulation=8,
-        dtype="bfloat16",
+        autocast="bfloat16",
     ),
 }
 
@@ -187,22 +187,22 @@ def lm_run(methods: dict[str, Method]):
     def run(method_name: str, seed: int, scale_name: str, workdir: Path) -> RunResult:
         scale = SCALES[scale_name]
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        dtype = getattr(torch, scale.dtype)
         checkpoint = stock_checkpoint(scale, workdir)
         train_batches, eval_batches = lm_data(scale, checkpoint, seed)
         method = methods[method_name]
         from transformers import AutoModelForCausalLM
 
         model, classify, details = build(
-            method, checkpoint, methods["seed"], seed, AutoModelForCausalLM, LLAMA_LORA_SETS, dtype=dtype
+            method, checkpoint, methods["seed"], seed, AutoModelForCausalLM, LLAMA_LORA_SETS
         )
         model = model.to(device)
         groups = param_groups(model, method.lrs, classify, weight_decay=0.0)
-        before = lm_eval_loss(model, eval_batches, device)
-        log = train(
-            model, groups, train_batches, schedule=method.schedule, device=device, accumulation=scale.accumulation
-        )
-        metrics = {**lm_eval_loss(model, eval_batches, device), "eval_loss_before": before["eval_loss"], **log}
+        with mixed_precision(device, scale.autocast):
+            before = lm_eval_loss(model, eval_batches, device)
+            log = train(
+                model, groups, train_batches, schedule=method.schedule, device=device, accumulation=scale.accumulation
+            )
+            metrics = {**lm_eval_loss(model, eval_batches, device), "eval_loss_before": before["eval_loss"], **log}
         if scale_name == "seed":
             model.save_pretrained(workdir / "model")
         tokens = sum(b["input_ids"].numel() for b in train_batches)

@@ -7,6 +7,7 @@ only in which parameters train and at what learning rate.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 
@@ -22,6 +23,14 @@ def fingerprint(batches: list[dict]) -> str:
             if key in batch:
                 digest.update(batch[key].cpu().numpy().tobytes())
     return digest.hexdigest()[:16]
+
+
+def mixed_precision(device: str, dtype: str | None):
+    """Autocast to `dtype` ("bfloat16", "float16") on `device`, or nothing: weights and optimiser states stay
+    float32, as in the seeds' mixed-precision runs (updates of 2e-5 relative vanish in bf16 weights)."""
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=torch.device(device).type, dtype=getattr(torch, dtype))
 
 
 def param_groups(model, lrs: dict[str, float], classify, weight_decay: float) -> list[dict]:

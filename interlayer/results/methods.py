@@ -43,10 +43,11 @@ def budget_of(checkpoint: str, method: Method) -> int:
     return sum(p.numel() for p in mechanism_parameters(model).values())
 
 
-def build(method: Method, checkpoint: str, budget_method: Method, seed: int, auto_class, lora_sets, dtype=None, **kw):
-    """The model of `method` with `requires_grad` set, a function naming each trainable parameter's learning-rate
-    group, and details of the layout (LoRA's, or the top tensors trained: chosen so that as many parameters train as
-    `budget_method`'s mechanism adds). `seed` seeds every new parameter's initialisation."""
+def build(method: Method, checkpoint: str, budget_method: Method, seed: int, auto_class, lora_sets, **kw):
+    """The model of `method` in float32 (the optimiser's weights; lower precision comes from autocast), with
+    `requires_grad` set, a function naming each trainable parameter's learning-rate group, and details of the layout
+    (LoRA's, or the top tensors trained: chosen so that as many parameters train as `budget_method`'s mechanism
+    adds). `seed` seeds every new parameter's initialisation."""
     from ..zoo import convert
 
     torch.manual_seed(seed)
@@ -59,8 +60,8 @@ def build(method: Method, checkpoint: str, budget_method: Method, seed: int, aut
             mine = any(m in name for m in markers)
             p.requires_grad_(mine or name in head or method.trains == "mechanism+base")
         classify = lambda name: "new" if any(m in name for m in markers) else "head" if name in head else "base"  # noqa: E731
-        return model.to(dtype) if dtype else model, classify, details
-    model = auto_class.from_pretrained(checkpoint, dtype=dtype, **kw)
+        return model.float(), classify, details
+    model = auto_class.from_pretrained(checkpoint, dtype=torch.float32, **kw)
     head = set(head_parameters(model))
     classify = lambda name: "head" if name in head or "modules_to_save" in name else "base"  # noqa: E731
     if method.trains == "all":
