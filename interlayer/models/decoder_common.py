@@ -422,14 +422,16 @@ def family_classes(
     such as `"Qwen2MHC"`), each the mechanism's mixin before the family's stock class, defined as classes of the
     modeling file `module` (which binds them to those names, for the Auto classes and remote code), and registered
     for `AutoModel` / `AutoModelForCausalLM`. The model records the stock attention weights when
-    `model_mixin.records_attentions`. `layer_attributes` are further class attributes of the layer."""
+    `model_mixin.records_attentions`. `layer_attributes` are further class attributes of the layer. The classes'
+    `_no_split_modules` (the FSDP units) are the layer and the layer mixin's `no_split_parts`."""
 
     def define(suffix, bases, attributes):
         class_name = name + suffix
         return type(class_name, bases, {"__module__": module, "__qualname__": class_name, **attributes})
 
     layer = define("DecoderLayer", (layer_mixin, family.layer), {"family": family, **(layer_attributes or {})})
-    shared = {"config_class": config_class, "_no_split_modules": [layer.__name__]}
+    no_split = [layer.__name__, *getattr(layer_mixin, "no_split_parts", ())]
+    shared = {"config_class": config_class, "_no_split_modules": no_split}
     model = define(
         "Model",
         (model_mixin, family.model),
