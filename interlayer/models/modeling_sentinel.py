@@ -80,7 +80,7 @@ from .configuration_sentinel import (
     Qwen3SentinelConfig,
     RobertaSentinelConfig,
 )
-from .decoder_common import LLAMA, QWEN2, QWEN3, CausalLMMixin, DecoderStackMixin, family_classes
+from .decoder_common import LLAMA, QWEN2, QWEN3, CausalLMMixin, DecoderStackMixin, composed_class, family_classes
 from .zoo_common import (
     CACHE_KWARG,
     ZooModelMixin,
@@ -1004,7 +1004,7 @@ class DecoderSentinelLMMixin(SentinelLMHeadMixin, DecoderSentinelPreTrainedMixin
 def _decoder_classes(family, name, config_class):
     """`{name}Attention`, `{name}DecoderLayer`, `{name}Model` and `{name}ForCausalLM` of a Llama-family decoder: the
     family's stock classes with the sentinel mixins, declared once in `decoder_common.family_classes`."""
-    attention = type(
+    attention = composed_class(
         f"{name}Attention",
         (DecoderSentinelAttention, family.attention),
         {"__module__": __name__, "__qualname__": f"{name}Attention"},
