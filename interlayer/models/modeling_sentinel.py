@@ -393,12 +393,13 @@ class EncoderSentinelSelfAttention(SentinelGates):
         return attn_output.reshape(*input_shape, -1).contiguous(), attn_weights
 
 
-class BertSentinelSelfAttention(EncoderSentinelSelfAttention, BertSelfAttention):
-    pass
+def _encoder_attention(name: str, stock):
+    return composed_class(name, (EncoderSentinelSelfAttention, stock), {"__module__": __name__, "__qualname__": name})
 
 
-class RobertaSentinelSelfAttention(EncoderSentinelSelfAttention, RobertaSelfAttention):
-    pass
+# composed with an `__init__` of their own, so that DeepSpeed's zero.Init partitions the gates (`composed_class`)
+BertSentinelSelfAttention = _encoder_attention("BertSentinelSelfAttention", BertSelfAttention)
+RobertaSentinelSelfAttention = _encoder_attention("RobertaSentinelSelfAttention", RobertaSelfAttention)
 
 
 class UNetSkipFusion(nn.Linear):
