@@ -9,6 +9,7 @@ or against the zoo model itself with `torch.testing.assert_close`, so each can f
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 import subprocess
@@ -103,6 +104,48 @@ def _left_padded(batch: dict, rows: int = 2) -> tuple[torch.Tensor, torch.Tensor
     shifts = (mask == 0).sum(-1)
     index = (torch.arange(ids.shape[-1]) - shifts[:, None]) % ids.shape[-1]
     return ids.gather(-1, index).masked_fill(mask.gather(-1, index) == 0, 0), mask.gather(-1, index)
+
+
+def _module_classes(root: type = torch.nn.Module) -> list[type]:
+    """Every subclass of `root` (itself included) defined so far."""
+    found, todo = [], [root]
+    while todo:
+        cls = todo.pop()
+        if cls not in found:
+            found.append(cls)
+            todo.extend(cls.__subclasses__())
+    return found
+
+
+def _parameters_zero3_init_would_miss(build: Callable[[], torch.nn.Module]) -> list[str]:
+    """The parameters of `build()` that DeepSpeed's `zero.Init` (0.19) would leave whole: it wraps the `__init__` of
+    every `nn.Module` class that defines one in its own `__dict__` and partitions a module's own parameters when the
+    outermost wrapped call on that module returns; whatever is added to the module after that is missed. The same
+    wrapping is done here, without DeepSpeed, and restored after."""
+    made = set()
+
+    def wrap(init):
+        @functools.wraps(init)
+        def wrapper(module, *args, **kwargs):
+            outermost = "_zero3_check_entered" not in module.__dict__
+            if outermost:
+                module.__dict__["_zero3_check_entered"] = True
+            init(module, *args, **kwargs)
+            if outermost:
+                del module.__dict__["_zero3_check_entered"]
+                made.update(id(p) for p in module.parameters(recurse=False))
+
+        return wrapper
+
+    originals = {c: c.__dict__["__init__"] for c in _module_classes() if "__init__" in c.__dict__}
+    try:
+        for cls, init in originals.items():
+            cls.__init__ = wrap(init)
+        model = build()
+    finally:
+        for cls, init in originals.items():
+            cls.__init__ = init
+    return [name for name, p in model.named_parameters() if id(p) not in made]
 
 
 def _engine_attention(module, query, key, value, scaling=None, sliding_window=None, softcap=None, **kwargs):
@@ -1246,3 +1289,16 @@ class ConformanceSuite:
             m(input_ids=ids, past_key_values=cache, use_cache=True, labels=ids).loss.backward()
             lengths.append(cache.get_seq_length())
         assert lengths[1] == lengths[0], f"cache length after the step: {lengths[1]}, stock {lengths[0]}"
+
+    # -- DeepSpeed ZeRO-3: every parameter partitioned by `zero.Init` (issue 23) -----------------------------------
+
+    def test_zero3_init_partitions_every_parameter(self, tmp_path):
+        """`from_pretrained` under DeepSpeed ZeRO-3 builds the model in `deepspeed.zero.Init`, which partitions a
+        module's parameters when the outermost `__init__` that an `nn.Module` class defines in its own `__dict__`
+        returns: a parameter a mixin adds after the stock `__init__` (gates, read-outs) would stay whole on every rank
+        unless the composed class has an `__init__` of its own (`decoder_common.composed_class`). Checked by doing
+        DeepSpeed's wrapping without DeepSpeed; tests/test_deepspeed.py loads three classes under the real one."""
+        folder, _ = self._stock(tmp_path)
+        config = self._zoo(folder, **self.case.active_options).config
+        missed = _parameters_zero3_init_would_miss(lambda: self.case.model_class(config))
+        assert not missed, f"zero.Init would leave these parameters whole: {missed}"

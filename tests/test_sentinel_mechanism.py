@@ -324,3 +324,27 @@ def test_pruned_heads_at_conversion_is_refused_naming_it(tmp_path):
     model.prune_heads({0: [1]})
     model.save_pretrained(tmp_path / "pruned")
     assert GPT2SentinelLMHeadModel.from_pretrained(tmp_path / "pruned").config.pruned_heads == {0: [1]}
+
+
+@pytest.mark.parametrize("reentrant", [False, True], ids=["non_reentrant", "reentrant"])
+def test_gate_l1_term_keeps_its_gradient_under_activation_checkpointing(gpt2_dir, reentrant):
+    """The loss's L1 term sums the gates each attention recorded in its forward (so that under FSDP2 and ZeRO-3 it
+    reads no parameter outside a layer's forward). Reentrant checkpointing runs that forward without gradients, so its
+    records carry none and the term computes the gates again: either way the term, the loss and every gradient are
+    those of the run without checkpointing."""
+    batch = lm_batch()
+    batch["labels"] = lm_labels(batch)
+    runs = []
+    for checkpointing in (False, True):
+        torch.manual_seed(0)
+        model = GPT2SentinelLMHeadModel.from_pretrained(gpt2_dir, identity_init=False, gate_l1=0.5).train()
+        if checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+        out = model(**batch)
+        assert all(attn.forward_gates is None for attn in model.gated_attentions), "records kept after the loss"
+        out.loss.backward()
+        runs.append((out.gate_l1_loss.detach(), {n: p.grad for n, p in model.named_parameters()}))
+    (l1, grads), (l1_checkpointed, grads_checkpointed) = runs
+    torch.testing.assert_close(l1_checkpointed, l1, rtol=0, atol=0)
+    for name, grad in grads.items():
+        torch.testing.assert_close(grads_checkpointed[name], grad, msg=lambda m: f"{name}: {m}")

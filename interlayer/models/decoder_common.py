@@ -16,6 +16,7 @@ from .zoo_requirements import MIN_TRANSFORMERS  # noqa: F401
 # isort: split
 
 import dataclasses
+import functools
 from collections.abc import Callable
 
 import torch
@@ -408,6 +409,22 @@ class CausalLMMixin(FreezeBaseMixin):
             model_kwargs[CACHE_KWARG] = self.base_model.new_cache()
 
 
+def composed_class(name: str, bases: tuple, attributes: dict) -> type:
+    """`type(name, bases, attributes)` for a mechanism mixin before a stock module class, with an `__init__` of its
+    own (the inherited one, called through): DeepSpeed's `zero.Init` partitions a module's parameters once the
+    outermost `__init__` found in a module class's own `__dict__` returns, so without one it partitions them when the
+    stock `__init__` returns and the parameters the mixin adds after it (gates, read-outs) stay whole on every rank."""
+    cls = type(name, bases, attributes)
+    inherited = cls.__init__
+
+    @functools.wraps(inherited)
+    def __init__(self, *args, **kwargs):
+        inherited(self, *args, **kwargs)
+
+    cls.__init__ = __init__
+    return cls
+
+
 def family_classes(
     family: DecoderFamily,
     name: str,
@@ -422,14 +439,16 @@ def family_classes(
     such as `"Qwen2MHC"`), each the mechanism's mixin before the family's stock class, defined as classes of the
     modeling file `module` (which binds them to those names, for the Auto classes and remote code), and registered
     for `AutoModel` / `AutoModelForCausalLM`. The model records the stock attention weights when
-    `model_mixin.records_attentions`. `layer_attributes` are further class attributes of the layer."""
+    `model_mixin.records_attentions`. `layer_attributes` are further class attributes of the layer. The classes'
+    `_no_split_modules` (the FSDP units) are the layer and the layer mixin's `no_split_parts`."""
 
     def define(suffix, bases, attributes):
         class_name = name + suffix
-        return type(class_name, bases, {"__module__": module, "__qualname__": class_name, **attributes})
+        return composed_class(class_name, bases, {"__module__": module, "__qualname__": class_name, **attributes})
 
     layer = define("DecoderLayer", (layer_mixin, family.layer), {"family": family, **(layer_attributes or {})})
-    shared = {"config_class": config_class, "_no_split_modules": [layer.__name__]}
+    no_split = [layer.__name__, *getattr(layer_mixin, "no_split_parts", ())]
+    shared = {"config_class": config_class, "_no_split_modules": no_split}
     model = define(
         "Model",
         (model_mixin, family.model),

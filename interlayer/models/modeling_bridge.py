@@ -480,6 +480,7 @@ class BridgeLayerMixin:
     """
 
     stock_takes_layer_idx = True
+    bridge_reads_output = True  # `bridge_read` is the identity (post-norm)
 
     def __init__(self, config, layer_idx=None):
         if self.stock_takes_layer_idx:
@@ -502,8 +503,18 @@ class BridgeLayerMixin:
         token_mask=None,
         allowed_pairs=None,
         *layer_inputs,
+        part="layer",
     ):
+        """The layer (`part="layer"`), or one of the two things the stack needs of it between layers, computed in a
+        call of the layer so that they run inside its forward, where FSDP2 (`fully_shard`) and DeepSpeed ZeRO-3 gather
+        its parameters: `part="read"` is `bridge_read(hidden_states)` (a pre-norm layer's attention norm of its
+        input), `part="source_kv"` this layer's keys and values of `hidden_states` (`qkv_kv_weights="source"`)."""
         # every tensor comes as its own positional argument: reentrant checkpointing passes gradients only to those
+        if part == "read":
+            return self.bridge_read(hidden_states)
+        if part == "source_kv":
+            projections = self.bridge_projections()
+            return projections.key(hidden_states), projections.value(hidden_states)
         attention_output = self.attention_sublayer(hidden_states, *layer_inputs)
         if sources is None:
             return self.ffn_sublayer(attention_output)
@@ -584,6 +595,8 @@ class ModernBertLayerRoles:
 
     def ffn_sublayer(self, attention_output):
         return attention_output + self.mlp(self.mlp_norm(attention_output))
+
+    bridge_reads_output = False
 
     def bridge_read(self, hidden_states):
         return self.attn_norm(hidden_states)
@@ -684,16 +697,19 @@ class BridgeStackMixin:
                 output = after_layer(idx, hidden_states, output)
             hidden_states = output
             if idx < last:
-                read = layers[idx + 1].bridge_read(hidden_states)
+                following = layers[idx + 1]
+                # the reads and the keys/values are calls of the layer whose modules make them (`part`), never of
+                # its modules from here: FSDP2 and ZeRO-3 hold a layer's parameters only around its own calls
+                read = hidden_states if following.bridge_reads_output else following(hidden_states, part="read")
                 states.append(read)
                 summaries.append(pool_tokens(read, token_mask, self.pool_mode))
                 if self.source_kv:
                     # seed section 2: a source's keys/values are its own layer's projections of its output. Calling
                     # the modules (once per layer, shared by all targets) lets adapters and other wrappers act; reading
                     # their weights would bypass them. Costs two projections per layer, whichever sources are picked.
-                    projections = layer.bridge_projections()
-                    keys.append(projections.key(read))
-                    values.append(projections.value(read))
+                    key, value = layer(read, part="source_kv")
+                    keys.append(key)
+                    values.append(value)
             if output_hidden_states:
                 all_hidden = all_hidden + (hidden_states,)
         return hidden_states, all_hidden, aux_loss

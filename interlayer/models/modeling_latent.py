@@ -159,6 +159,12 @@ class LatentDecoderLayerMixin(DecoderLayerRolesMixin):
     projection of a latent to the output of its MLP branch `F_mlp` (`latent_up`, `latent_gate`, on a target layer):
     `h + F_mlp(h) + sigmoid(g) * up(z)`, after the branch's post-norm and dropout in the families that have them."""
 
+    # `latent_down` is called by the model's stock pass on the layer's output, outside the layer's forward (under a
+    # frozen base the layer runs without gradients and `latent_down` with them, which one checkpointed call cannot
+    # do), so each projection is its own FSDP unit (`_no_split_modules`): sharded with `fully_shard` it gathers its
+    # weights around its own forward
+    no_split_parts = ("LatentProjection",)
+
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)
         pairs = config.latent_pairs

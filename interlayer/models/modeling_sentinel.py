@@ -80,7 +80,7 @@ from .configuration_sentinel import (
     Qwen3SentinelConfig,
     RobertaSentinelConfig,
 )
-from .decoder_common import LLAMA, QWEN2, QWEN3, CausalLMMixin, DecoderStackMixin, family_classes
+from .decoder_common import LLAMA, QWEN2, QWEN3, CausalLMMixin, DecoderStackMixin, composed_class, family_classes
 from .zoo_common import (
     CACHE_KWARG,
     ZooModelMixin,
@@ -178,6 +178,8 @@ class SentinelGates:
         # every init (sigmoid(-104) is 0 in float32, and a gate of 0/0 is NaN)
         self.gate_log_scale = log_sigmoid(float(config.sentinel_gate_init)) if config.identity_init else 0.0
         self.measure_entropy = False
+        # the gates this module applied in its last forward, for the loss's L1 term (`_forward_gate_l1`)
+        self.forward_gates: torch.Tensor | None = None
         self.last_entropy: torch.Tensor | None = None
         self.last_entropy_tokens: torch.Tensor | None = None
         self._set_head_counts(heads, kv_heads)
@@ -229,7 +231,8 @@ class SentinelGates:
         if self.measure_entropy:
             self.last_entropy = self._entropy(query, key, attention_mask, kwargs.get("scaling", self.scaling))
         # seed section 2.1: head h's output scaled by its gate before the output projection
-        return attn_output * self.gates().view(1, 1, -1, 1).to(attn_output.dtype), attn_weights
+        self.forward_gates = gates = self.gates()
+        return attn_output * gates.view(1, 1, -1, 1).to(attn_output.dtype), attn_weights
 
     @torch.no_grad()
     def _entropy(self, query, key, attention_mask, scaling) -> torch.Tensor:
@@ -390,12 +393,13 @@ class EncoderSentinelSelfAttention(SentinelGates):
         return attn_output.reshape(*input_shape, -1).contiguous(), attn_weights
 
 
-class BertSentinelSelfAttention(EncoderSentinelSelfAttention, BertSelfAttention):
-    pass
+def _encoder_attention(name: str, stock):
+    return composed_class(name, (EncoderSentinelSelfAttention, stock), {"__module__": __name__, "__qualname__": name})
 
 
-class RobertaSentinelSelfAttention(EncoderSentinelSelfAttention, RobertaSelfAttention):
-    pass
+# composed with an `__init__` of their own, so that DeepSpeed's zero.Init partitions the gates (`composed_class`)
+BertSentinelSelfAttention = _encoder_attention("BertSentinelSelfAttention", BertSelfAttention)
+RobertaSentinelSelfAttention = _encoder_attention("RobertaSentinelSelfAttention", RobertaSelfAttention)
 
 
 class UNetSkipFusion(nn.Linear):
@@ -559,6 +563,23 @@ class SentinelPreTrainedMixin(ZooModelMixin):
     def gate_l1(self) -> torch.Tensor:
         """The seed's L1 pressure: the sum of all gate values (section 4.1)."""
         return sum(attn.gates().sum() for attn in self.gated_attentions if attn.num_heads)
+
+    def _forward_gate_l1(self) -> torch.Tensor:
+        """`gate_l1()` of the gates the attentions applied in the forward that just ran (the loss's term), taken (and
+        cleared) from what each attention recorded in its forward: the loss then reads no parameter outside its
+        layer's forward, where FSDP2 (`fully_shard`) and DeepSpeed ZeRO-3 hold it sharded. A record without the
+        gradient the gates need (reentrant activation checkpointing runs the forward without gradients and again in
+        the backward) is replaced by the gates computed here."""
+        total = 0
+        for attn in self.gated_attentions:
+            gates, attn.forward_gates = attn.forward_gates, None
+            if not attn.num_heads:
+                continue
+            needs_grad = torch.is_grad_enabled() and attn.sentinel_gate_logits.requires_grad
+            if gates is None or (needs_grad and not gates.requires_grad):
+                gates = attn.gates()
+            total = total + gates.sum()
+        return total
 
     @torch.no_grad()
     def head_weight_norms(self) -> list[torch.Tensor]:
@@ -762,7 +783,7 @@ class SentinelLMHeadMixin:
         loss = lm_loss = l1 = None
         if labels is not None:
             lm_loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **loss_kwargs)
-            l1 = self.config.gate_l1 * self.gate_l1()
+            l1 = self.config.gate_l1 * self._forward_gate_l1()
             num_items = loss_kwargs.get("num_items_in_batch")
             if num_items is not None:  # this batch's share of the L1 term, so that the shares over the devices and
                 # the accumulated micro-batches of one optimiser step add up to the term once
@@ -984,7 +1005,7 @@ class DecoderSentinelLMMixin(SentinelLMHeadMixin, DecoderSentinelPreTrainedMixin
 def _decoder_classes(family, name, config_class):
     """`{name}Attention`, `{name}DecoderLayer`, `{name}Model` and `{name}ForCausalLM` of a Llama-family decoder: the
     family's stock classes with the sentinel mixins, declared once in `decoder_common.family_classes`."""
-    attention = type(
+    attention = composed_class(
         f"{name}Attention",
         (DecoderSentinelAttention, family.attention),
         {"__module__": __name__, "__qualname__": f"{name}Attention"},
@@ -1087,7 +1108,7 @@ class EncoderSentinelForSequenceClassificationMixin(EncoderSentinelPreTrainedMix
         loss = task_loss = l1 = None
         if labels is not None:
             task_loss = ForSequenceClassificationLoss(labels, logits, self.config)
-            l1 = self.config.gate_l1 * self.gate_l1()
+            l1 = self.config.gate_l1 * self._forward_gate_l1()
             loss = task_loss + l1
         return SentinelSequenceClassifierOutput(
             loss=loss,
