@@ -393,13 +393,14 @@ class EncoderSentinelSelfAttention(SentinelGates):
         return attn_output.reshape(*input_shape, -1).contiguous(), attn_weights
 
 
-def _encoder_attention(name: str, stock):
-    return composed_class(name, (EncoderSentinelSelfAttention, stock), {"__module__": __name__, "__qualname__": name})
+class BertSentinelSelfAttention(EncoderSentinelSelfAttention, BertSelfAttention):
+    def __init__(self, *args, **kwargs):  # its own, so that DeepSpeed's zero.Init partitions the gates too
+        super().__init__(*args, **kwargs)  # (`decoder_common.composed_class` says why)
 
 
-# composed with an `__init__` of their own, so that DeepSpeed's zero.Init partitions the gates (`composed_class`)
-BertSentinelSelfAttention = _encoder_attention("BertSentinelSelfAttention", BertSelfAttention)
-RobertaSentinelSelfAttention = _encoder_attention("RobertaSentinelSelfAttention", RobertaSelfAttention)
+class RobertaSentinelSelfAttention(EncoderSentinelSelfAttention, RobertaSelfAttention):
+    def __init__(self, *args, **kwargs):  # as BertSentinelSelfAttention
+        super().__init__(*args, **kwargs)
 
 
 class UNetSkipFusion(nn.Linear):
