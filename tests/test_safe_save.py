@@ -190,13 +190,17 @@ def test_a_folder_that_cannot_be_staged_is_saved_in_place_with_a_warning(tmp_pat
     monkeypatch.chdir(tmp_path / "here")
     # transformers' loggers reach the root logger (and caplog) only under CI=true, and an earlier test in the same
     # process may have raised their level: listen on the zoo's logger itself
+    # (`setLevel`, not the attribute: it also clears the logging module's cache of `isEnabledFor` answers, which
+    # still said no after `transformers.logging.set_verbosity_error()` in an earlier test)
     zoo_logger = logging.getLogger("transformers.interlayer")
     zoo_logger.addHandler(caplog.handler)
-    monkeypatch.setattr(zoo_logger, "level", logging.WARNING)
+    level = zoo_logger.level
+    zoo_logger.setLevel(logging.WARNING)
     try:
         model.save_pretrained(".")
     finally:
         zoo_logger.removeHandler(caplog.handler)
+        zoo_logger.setLevel(level)
     assert os.path.samefile(os.getcwd(), tmp_path / "here") and (tmp_path / "here" / "config.json").exists()
     assert (tmp_path / "here" / "notes.txt").read_text() == "mine"
     assert "saving in place" in caplog.text
