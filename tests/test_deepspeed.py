@@ -51,11 +51,24 @@ def runs(tmp_path_factory):
     return root
 
 
+# Known defect, open: under transformers 5.24 (not 5.23) ZeRO-3 ends the Marian attention-bridge run with its frozen
+# sinusoidal position tables changed (decoder up to 1.3e-3, encoder 3.6e-6 against the plain run; every trained
+# weight within 7e-6) and losses 1.4e-4 apart by the fourth step. Strict: the test fails once this is fixed.
+MARIAN_ZERO3_524 = (
+    "ZeRO-3 changes the Marian attention bridge's frozen sinusoidal position tables under transformers 5.24 "
+    "(docs/multiprocess.md)"
+)
+
+
 @pytest.mark.parametrize("name", CASES)
 @pytest.mark.parametrize("stage", STAGES)
-def test_zero_trains_as_one_plain_process(runs, stage, name):
+def test_zero_trains_as_one_plain_process(runs, stage, name, request):
     """Same global batch: the same loss at every step and the same final weights (gathered from the partitions) as
     the plain Trainer in one process."""
+    import transformers
+
+    if (stage, name) == (3, "marian_attention_bridge") and transformers.__version__.startswith("5.24"):
+        request.applymarker(pytest.mark.xfail(strict=True, reason=MARIAN_ZERO3_524))
     one, zero = load(runs, "plain", name, 0), load(runs, f"zero{stage}", name, 0)
     assert (one["world_size"], one["deepspeed"]) == (1, False)
     assert (zero["world_size"], zero["deepspeed"]) == (2, True)
