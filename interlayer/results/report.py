@@ -212,10 +212,11 @@ def write_report(out: Path, path: Path) -> str:
         "mechanism adds (a task head, where there is one, trains in every method and is counted). Values are means "
         "over seeds ± the half-width of the 95% interval (Student's t). A verdict says 'better' or 'worse' only where "
         "the two intervals do not overlap, and picks the mechanism's best method after the fact (with a few seeds, a "
-        "small advantage of the best of several methods is partly selection). `wall s` is each run's time including its "
-        "conversion and evaluation; `peak MB` is how far the process's resident memory rose above what it held when "
-        "the run started: the runs of one command share a process, so memory an earlier run freed and the allocator "
-        "kept hides part of a later run's peak (compare memory with `interlayer bench` and docs/costs.md instead).",
+        "small advantage of the best of several methods is partly selection). `wall s` is each run's time including "
+        "its conversion and evaluation; `peak MB` is how far the process's resident memory rose above what it held "
+        "when the run started: the runs of one command share a process, so memory an earlier run freed and the "
+        "allocator kept hides part of a later run's peak (compare memory with `interlayer bench` and docs/costs.md "
+        "instead).",
         "",
     ]
     if rows:
