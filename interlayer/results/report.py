@@ -175,6 +175,33 @@ def verdict_line(recipe, methods: dict) -> str:
     )
 
 
+def sweep_line(recipe, methods: dict) -> str:
+    """For a pruning sweep: at each share of heads, the strategy with the best mean, against the unpruned model."""
+    sign = 1 if recipe.higher_is_better else -1
+    shares: dict[str, list[str]] = {}
+    for name in methods:
+        if "@" in name and name not in recipe.baselines:
+            shares.setdefault(name.split("@")[1], []).append(name)
+    base = next((b for b in recipe.baselines if b in methods), None)
+    parts = []
+    for share, names in sorted(shares.items(), key=lambda item: float(item[0])):
+        best = max(names, key=lambda m: sign * statistics.fmean(methods[m]["metrics"][recipe.primary]))
+        runner = sorted(names, key=lambda m: -sign * statistics.fmean(methods[m]["metrics"][recipe.primary]))[1:2]
+        speed = methods[best]["metrics"].get("forward_time_ratio")
+        text = f"{share}%: `{best}` {fmt(*interval(methods[best]['metrics'][recipe.primary]))}"
+        if runner:
+            text += f" (next `{runner[0]}` {fmt(*interval(methods[runner[0]]['metrics'][recipe.primary]))})"
+        if speed:
+            text += f", forward time {statistics.fmean(speed):.2f}x"
+        parts.append(text)
+    start = f" against {fmt(*interval(methods[base]['metrics'][recipe.primary]))} unpruned" if base else ""
+    return (
+        f"**{recipe.name}** ({recipe.mechanism}, {recipe.primary}, "
+        f"{'higher' if recipe.higher_is_better else 'lower'} is better){start}; the best strategy at each share of "
+        "heads pruned: " + "; ".join(parts) + " (by mean: where the intervals overlap, the order is not established)."
+    )
+
+
 def write_report(out: Path, path: Path) -> str:
     """Write the report to `path` (markdown): every recipe, with the results `out`'s CSVs hold for it and their plots
     (in `img/` beside `path`); returns the markdown."""
@@ -198,10 +225,9 @@ def write_report(out: Path, path: Path) -> str:
         image = f"results-{name}.png"
         (plot_sweep if is_sweep(methods) else plot_methods)(recipe, methods, images / image)
         body += results_table(recipe, methods) + [f"![{name}](img/{image})", ""]
-        if not is_sweep(methods):
-            verdict = verdict_line(recipe, methods)
-            body += [verdict, ""]
-            verdicts.append(f"- {verdict}")
+        verdict = (sweep_line if is_sweep(methods) else verdict_line)(recipe, methods)
+        body += [verdict, ""]
+        verdicts.append(f"- {verdict}")
     records = {(r["recipe"], r["method"], r["seed"]): r for r in rows}.values()
     head = [
         "# Results",
