@@ -77,6 +77,10 @@ class Recipe:
     higher_is_better: bool = False
     baselines: tuple[str, ...] = ("lora", "last-layers", "full")
     """The methods that are not the mechanism: the report compares the mechanism's best method with each."""
+    matched: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Fair pairings for the report: `{mechanism method: baselines it is compared with}` (the method trained at the
+    baselines' budget against LoRA and the top tensors; those that train the base too against full fine-tuning).
+    Empty: the mechanism's best method against every baseline."""
     abouts: dict[str, str] = field(default_factory=dict)
     """One line per method: what trains, at what learning rate (printed in the report's tables)."""
     notes: str = ""

@@ -157,22 +157,26 @@ def verdict_line(recipe, methods: dict) -> str:
     if not any(m in stats for m in mechanism):
         return f"**{recipe.name}**: no finished run of the mechanism yet."
     sign = 1 if recipe.higher_is_better else -1
-    best = max((m for m in mechanism if m in stats), key=lambda m: sign * stats[m][0])
 
     def described(name):
         trainable = "/".join(f"{n:,}" for n in sorted(methods[name]["trainable"]))
         return f"`{name}` ({fmt(*stats[name])}, {trainable} trained)"
 
-    parts = [
-        f"{PHRASES[compare(stats[best], stats[base], recipe.higher_is_better)]} {described(base)}"
-        for base in recipe.baselines
-        if base in stats
-    ]
-    return (
-        f"**{recipe.name}** ({recipe.mechanism}, {recipe.primary}, "
-        f"{'higher' if recipe.higher_is_better else 'lower'} is better): the mechanism's best method, "
-        f"{described(best)}, is " + "; ".join(parts) + "."
-    )
+    def against(method, baselines):
+        parts = [
+            f"{PHRASES[compare(stats[method], stats[base], recipe.higher_is_better)]} {described(base)}"
+            for base in baselines
+            if base in stats
+        ]
+        return f"{described(method)} is " + "; ".join(parts)
+
+    direction = "higher" if recipe.higher_is_better else "lower"
+    head = f"**{recipe.name}** ({recipe.mechanism}, {recipe.primary}, {direction} is better)"
+    if recipe.matched:
+        pairs = [against(m, bases) for m, bases in recipe.matched.items() if m in stats]
+        return f"{head}: " + ". ".join(pairs) + "."
+    best = max((m for m in mechanism if m in stats), key=lambda m: sign * stats[m][0])
+    return f"{head}: the mechanism's best method, " + against(best, recipe.baselines) + "."
 
 
 def sweep_line(recipe, methods: dict) -> str:
