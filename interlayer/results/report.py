@@ -121,7 +121,7 @@ def plot_sweep(recipe, methods: dict, path: Path) -> None:
 
 def recipe_head(recipe) -> list[str]:
     """What the recipe is: its methods and what each trains, its three scales, what it does not measure."""
-    lines = [f"## {recipe.name} ({recipe.mechanism})", "", recipe.summary + ".", ""]
+    lines = [f"## {recipe.name} ({recipe.mechanism})", "", recipe.summary.rstrip(".") + ".", ""]
     lines += [f"- `{scale}` scale: {note.rstrip('.')}." for scale, note in recipe.scale_notes.items()]
     lines += ["", "| method | what trains |", "| --- | --- |"]
     lines += [f"| {name} | {recipe.abouts.get(name, '')} |" for name in recipe.methods]
