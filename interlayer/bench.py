@@ -11,12 +11,14 @@ median and their spread (min, max). Times are taken with the default allocator. 
 above what the process held before a training step, measured in a second, shorter subprocess whose large blocks go
 straight to mmap (so freed tensors leave the process; timing under that setting would add a page fault to every
 large allocation, which slowed the models with many large temporaries, the bridges, by 15% more than their stock
-model).
+model). Memory traffic (`memory_traffic`) is counted, not timed: the bytes every aten operation of a training step and
+of a decoded token reads and writes, for stock and model.
 
     interlayer bench                        # every case at its full shape, 2 threads, one subprocess per case
     interlayer bench --quick --in-process   # tiny shapes, one step (what tests/test_bench.py runs)
     interlayer bench --cases mhc hc-static --rounds 5 --compile
     interlayer bench --cases sentinel-prune-30 sentinel-prune-50 sentinel-prune-70   # pruned heads: forward, decoding
+    interlayer bench --device cuda          # the same cases on a GPU (timers wait for the device)
 
 Writes `bench.json` (the machine, the command, every turn) and `bench.md` (the table) in `--out`. The helpers below
 are also what the scripts in `benchmarks/` use (each configuration in its own subprocess there).
@@ -209,19 +211,52 @@ def saved_activation_bytes(forward: Callable[[], object]) -> int:
     return sum(saved.values())
 
 
-def measure_steps(step: Callable[[], None], steps: int, warmup: int = 1) -> dict:
-    """Median time of `steps` calls of `step` after `warmup`, and the peak resident memory above the memory held
-    before them."""
+def check_device(device: str) -> str:
+    """`device` if it names a device this machine has (`cpu`, `cuda`, `cuda:N`); else a ValueError naming it."""
+    import torch
+
+    kind, _, index = device.partition(":")
+    if kind not in ("cpu", "cuda") or (index and (kind == "cpu" or not index.isdigit())):
+        raise ValueError(f"--device: got {device!r}; the devices are cpu, cuda and cuda:N")
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"--device: {device!r} needs a GPU, and torch.cuda.is_available() is False here")
+        if index and int(index) >= torch.cuda.device_count():
+            raise ValueError(f"--device: {device!r}, but this machine has {torch.cuda.device_count()} GPU(s)")
+    return device
+
+
+def synchronize(device: str) -> None:
+    """Wait for the device's queued kernels (a GPU runs them asynchronously), so a timer sees them finish."""
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(device)
+
+
+def measure_steps(step: Callable[[], None], steps: int, warmup: int = 1, device: str = "cpu") -> dict:
+    """Median time of `steps` calls of `step` after `warmup`, and the peak memory above the memory held before them:
+    the process's resident memory on the CPU, the allocator's on a GPU (`peak_rss_mb` either way)."""
+    import torch
+
     for _ in range(warmup):
         step()
-    base = proc_status_bytes("VmRSS")
-    reset_peak_rss()
+    gpu = device.startswith("cuda")
+    synchronize(device)
+    if gpu:
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
+    else:
+        base = proc_status_bytes("VmRSS")
+        reset_peak_rss()
     times = []
     for _ in range(steps):
         start = time.perf_counter()
         step()
+        synchronize(device)
         times.append(time.perf_counter() - start)
-    return {"step_s": statistics.median(times), "peak_rss_mb": max(0, proc_status_bytes("VmHWM") - base) / 2**20}
+    peak = torch.cuda.max_memory_allocated(device) if gpu else proc_status_bytes("VmHWM")
+    return {"step_s": statistics.median(times), "peak_rss_mb": max(0, peak - base) / 2**20}
 
 
 def training_step(model, inputs: dict) -> Callable[[], None]:
@@ -269,6 +304,62 @@ def training_flops(model, inputs: dict) -> int:
     for p in model.parameters():
         p.grad = None
     return counter.get_total_flops()
+
+
+def tensor_bytes(tensor) -> int:
+    """Bytes a kernel touches reading or writing `tensor`: a broadcast dimension (stride 0) is read once."""
+    size = tensor.element_size()
+    for length, stride in zip(tensor.shape, tensor.stride()):
+        size *= length if stride else 1
+    return size
+
+
+def memory_traffic():
+    """A context whose `.bytes` sums, over every aten operation run inside it (forward and backward), the bytes of its
+    tensor arguments and results, views excluded (they move nothing): the memory traffic of the eager operations,
+    each read from and written to memory in full. Fusion (a compiled graph, a GPU kernel) keeps some of it in
+    registers, so this is an upper bound; the difference between a model and its stock model is what a memory-bound
+    device pays for the mechanism when nothing is fused."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    class Traffic(TorchDispatchMode):
+        bytes = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if not func.is_view:
+                tensors = [t for t in tree_leaves((args, kwargs, out)) if isinstance(t, torch.Tensor)]
+                self.bytes += sum(tensor_bytes(t) for t in tensors if t.layout == torch.strided)
+            return out
+
+    return Traffic()
+
+
+def training_bytes(model, inputs: dict) -> int:
+    """`memory_traffic` of one forward + backward (`model(**inputs).loss`), the optimizer excluded."""
+    model.train()
+    with memory_traffic() as traffic:
+        model(**inputs).loss.backward()
+    for p in model.parameters():
+        p.grad = None
+    return traffic.bytes
+
+
+def decoding_bytes(model, prompt, new_tokens: int = 4) -> float:
+    """`memory_traffic` of one decoded token with the KV cache: greedy generation of `1 + new_tokens` tokens minus
+    that of 1 (the prompt's forward), over `new_tokens`."""
+    import torch
+
+    def generated(n):
+        kwargs = dict(max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0)
+        with torch.no_grad(), memory_traffic() as traffic:
+            model.generate(prompt, **kwargs)
+        return traffic.bytes
+
+    model.eval()
+    return (generated(1 + new_tokens) - generated(1)) / new_tokens
 
 
 def attention_modules(model) -> list[str]:
@@ -322,9 +413,12 @@ def generation_seconds(model, prompt, new_tokens: int, compiled: bool = False) -
         config = CompileConfig(fullgraph=False, mode="default")
         config._compile_all_devices = True  # transformers' own switch for compiling on CPU
         kwargs.update(cache_implementation="static", compile_config=config)
+    device = str(prompt.device)
     with torch.no_grad():
+        synchronize(device)
         start = time.perf_counter()
         model.generate(prompt, **kwargs)
+        synchronize(device)
         return time.perf_counter() - start
 
 
@@ -473,11 +567,13 @@ def measure_case(
     progress=None,
     layers: int | None = None,
     memory_only: bool = False,
+    device: str = "cpu",
 ) -> dict:
     """Build the stock model and its converted model of `CASES[name]` and measure them in turns (see the module);
     `layers` replaces the number of decoder layers of the Llama cases (the SmolLM2-135M shape has 30). With
     `memory_only`, only the peak resident memory of one training step of each (stock, model, stock), for a process
-    whose large allocations go straight to mmap (so that freed tensors leave it)."""
+    whose large allocations go straight to mmap (so that freed tensors leave it). `device`: where both models and
+    their inputs live (`check_device`); the memory traffic is counted on the CPU copies, before they move."""
     import torch
 
     from .zoo import convert
@@ -500,6 +596,10 @@ def measure_case(
     if memory_only:
         steppers = {"stock": training_step(stock, inputs), "model": training_step(model, inputs)}
         return {"case": name, "peak_rss_mb": _timed_turns(steppers, rounds=1, steps=1)["peak_rss_mb"]}
+    prompt = None
+    if generation is not None:
+        prompt_length, new_tokens = generation
+        prompt = torch.randint(2, vocab - 2, (1, prompt_length), generator=torch.Generator().manual_seed(1))
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     record = {
         "case": name,
@@ -514,6 +614,20 @@ def measure_case(
     }
     if case.train:
         record["train_flops"] = {"stock": training_flops(stock, inputs), "model": training_flops(model, inputs)}
+        record["train_bytes"] = {"stock": training_bytes(stock, inputs), "model": training_bytes(model, inputs)}
+    if prompt is not None:
+        record["decode_bytes"] = {"stock": decoding_bytes(stock, prompt), "model": decoding_bytes(model, prompt)}
+    text = stock.config.get_text_config()
+    value_bytes = next(stock.parameters()).element_size()
+    record["per_token_layer"] = {
+        "hidden_size": text.hidden_size,
+        "layers": text.num_hidden_layers,
+        "bytes": value_bytes,
+    }
+    if device != "cpu":
+        stock, model = stock.to(device), model.to(device)
+        inputs = {key: value.to(device) for key, value in inputs.items()}
+        prompt = prompt.to(device) if prompt is not None else None
     if case.prune_fraction is not None:
         heads = model.config.num_hidden_layers * model.config.num_attention_heads
         pruned = sum(len(v) for v in model.config.pruned_heads.values())
@@ -528,14 +642,12 @@ def measure_case(
     for mode, stock_m, model_m in modes:
         if case.train:
             steppers = {"stock": training_step(stock_m, inputs), "model": training_step(model_m, inputs)}
-            record[f"train_{mode}"] = _timed_turns(steppers, rounds, steps, progress)
+            record[f"train_{mode}"] = _timed_turns(steppers, rounds, steps, progress, device)
         if case.forward:
             ids = inputs["input_ids"]
             steppers = {"stock": inference_forward(stock_m, ids), "model": inference_forward(model_m, ids)}
-            record[f"forward_{mode}"] = _timed_turns(steppers, rounds, steps, progress)
-    if generation is not None:
-        prompt_length, new_tokens = generation
-        prompt = torch.randint(2, vocab - 2, (1, prompt_length), generator=torch.Generator().manual_seed(1))
+            record[f"forward_{mode}"] = _timed_turns(steppers, rounds, steps, progress, device)
+    if prompt is not None:
         models = {"stock": stock.eval(), "model": model.eval()}
         for mode in ("eager", "compiled")[: 1 + compiled]:
             try:
@@ -556,7 +668,7 @@ def measure_case(
     return record
 
 
-def _timed_turns(steppers: dict, rounds: int, steps: int, progress=None) -> dict:
+def _timed_turns(steppers: dict, rounds: int, steps: int, progress=None, device: str = "cpu") -> dict:
     """`steppers["stock"]` and `steppers["model"]` in turns (stock first and last), `steps` calls a turn after one
     warm-up call each (and compilation): `_stats` of the turns' median times, and their median peak memory."""
     for step in steppers.values():
@@ -564,7 +676,7 @@ def _timed_turns(steppers: dict, rounds: int, steps: int, progress=None) -> dict
     turns = {"stock": [], "model": []}
     memory = {"stock": [], "model": []}
     for who in ["stock", *(["model", "stock"] * rounds)]:
-        r = measure_steps(steppers[who], steps, warmup=0)
+        r = measure_steps(steppers[who], steps, warmup=0, device=device)
         turns[who].append(r["step_s"])
         memory[who].append(r["peak_rss_mb"])
         if progress is not None:
@@ -581,7 +693,7 @@ def turns_per_case(name: str, quick: bool, rounds: int, compiled: bool) -> int:
     return (1 + 2 * rounds) * (case.train + case.forward + (generation is not None)) * (1 + compiled)
 
 
-def machine() -> dict:
+def machine(device: str = "cpu") -> dict:
     import torch
     import transformers
 
@@ -600,6 +712,7 @@ def machine() -> dict:
         "transformers": transformers.__version__,
         "python": platform.python_version(),
         "load_average": load,
+        "device": device if device == "cpu" else f"{device} ({torch.cuda.get_device_name(device)})",
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
 
@@ -634,7 +747,38 @@ def markdown_table(records: list[dict]) -> str:
         )
     if len(lines) == 2:
         lines = []
-    return "\n".join(lines) + ("\n\n" if lines and forward else "\n" if lines else "") + forward_table(forward)
+    tables = ["\n".join(lines) + "\n" if lines else "", forward_table(forward), traffic_table(records)]
+    return "\n".join(t for t in tables if t)
+
+
+def traffic_table(records: list[dict]) -> str:
+    """One row per case with counted memory traffic (`memory_traffic`): the bytes of a training step (forward and
+    backward) and of a decoded token over stock's, and the extra bytes per token and layer in hidden vectors (one
+    vector: hidden size x bytes per value), what a memory-bound device pays for the mechanism unfused."""
+    rows = [r for r in records if "train_bytes" in r or "decode_bytes" in r]
+    if not rows:
+        return ""
+    lines = [
+        "| case | class | training bytes ratio | extra vectors per token and layer (training) | decoding bytes ratio "
+        "| extra vectors per decoded token and layer |",
+        "| --- | --- | ---: | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+        shape = r["per_token_layer"]
+        vector = shape["hidden_size"] * shape["bytes"] * shape["layers"]
+        cells = []
+        for key, tokens in (
+            ("train_bytes", r["train_batch"][0] * r["train_batch"][1] if "train_batch" in r else 0),
+            ("decode_bytes", 1),
+        ):
+            counted = r.get(key)
+            if counted is None:
+                cells += ["-", "-"]
+                continue
+            extra = (counted["model"] - counted["stock"]) / (tokens * vector)
+            cells += [f"{counted['model'] / counted['stock']:.2f}x", f"{extra:.1f}"]
+        lines.append(f"| {r['case']} | {r['class']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def forward_table(records: list[dict]) -> str:
@@ -681,9 +825,9 @@ def _worker_main(argv: list[str]) -> int:
     quiet_transformers()
     name, quick, rounds, steps, compiled = argv[0], argv[1] == "1", int(argv[2]), int(argv[3]), argv[4] == "1"
     layers = int(argv[5]) if argv[5] != "-" else None
-    memory_only = argv[6] == "memory"
+    device, memory_only = argv[6], argv[7] == "memory"
     reporter = None if memory_only else _TurnReporter()
-    print(json.dumps(measure_case(name, quick, rounds, steps, compiled, reporter, layers, memory_only)))
+    print(json.dumps(measure_case(name, quick, rounds, steps, compiled, reporter, layers, memory_only, device)))
     return 0
 
 
@@ -698,8 +842,9 @@ def run_bench(
     in_process: bool = False,
     command: str | None = None,
     layers: int | None = None,
+    device: str = "cpu",
 ) -> dict:
-    """Measure `cases` (default: all), write `out/bench.json` and `out/bench.md`, return the record."""
+    """Measure `cases` (default: all) on `device`, write `out/bench.json` and `out/bench.md`, return the record."""
     from tqdm.auto import tqdm
 
     cases = list(cases or CASES)
@@ -710,6 +855,7 @@ def run_bench(
     steps = steps if steps is not None else (1 if quick else 2)
     if rounds < 1 or steps < 1:
         raise ValueError(f"--rounds and --steps must be >= 1, got rounds={rounds}, steps={steps}")
+    check_device(device)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     records = []
@@ -725,19 +871,19 @@ def run_bench(
                 previous = torch.get_num_threads()
                 torch.set_num_threads(threads)
                 try:
-                    records.append(measure_case(name, quick, rounds, steps, compiled, progress, layers))
+                    records.append(measure_case(name, quick, rounds, steps, compiled, progress, layers, device=device))
                 finally:
                     torch.set_num_threads(previous)
                 continue
             args = [name, "1" if quick else "0", str(rounds), str(steps), "1" if compiled else "0", str(layers or "-")]
-            worker = ["-m", "interlayer.bench", *args]
+            worker = ["-m", "interlayer.bench", *args, device]
             record = run_python([*worker, "time"], threads, progress=progress)
-            if CASES[name].train:
+            if CASES[name].train and device == "cpu":  # a GPU's allocator measures its peak in the timed run
                 memory = run_python([*worker, "memory"], threads, MMAP_ENV)
                 record["train_eager"]["peak_rss_mb"] = memory["peak_rss_mb"]
             records.append(record)
-            write_record(out, records, command, threads, quick, rounds, steps)  # what is done survives a stop
-    return write_record(out, records, command, threads, quick, rounds, steps)
+            write_record(out, records, command, threads, quick, rounds, steps, device)  # what is done survives a stop
+    return write_record(out, records, command, threads, quick, rounds, steps, device)
 
 
 QUICK_CAVEAT = (
@@ -747,11 +893,13 @@ QUICK_CAVEAT = (
 )
 
 
-def write_record(out: Path, records: list[dict], command, threads: int, quick: bool, rounds: int, steps: int) -> dict:
+def write_record(
+    out: Path, records: list[dict], command, threads: int, quick: bool, rounds: int, steps: int, device: str = "cpu"
+) -> dict:
     """Write `bench.json` and `bench.md` for the cases measured so far; returns the record."""
     record = {
         "command": command or "interlayer bench " + " ".join(sys.argv[2:]),
-        "machine": {**machine(), "threads": threads},
+        "machine": {**machine(device), "threads": threads},
         "quick": quick,
         **({"caveat": QUICK_CAVEAT} if quick else {}),
         "rounds": rounds,
@@ -762,7 +910,8 @@ def write_record(out: Path, records: list[dict], command, threads: int, quick: b
     m = record["machine"]
     header = (
         f"Measured {m['date']} on {m['cpu']} ({m['cores']} cores, {threads} threads), torch {m['torch']}, "
-        f"transformers {m['transformers']}, load average {m['load_average']}; `{record['command']}`. Ratios: each "
+        f"transformers {m['transformers']}, load average {m['load_average']}, on {m['device']}; "
+        f"`{record['command']}`. Ratios: each "
         f"turn of the model over the mean of the stock turns around it, median (min-max) over {rounds} rounds of "
         f"{steps} step(s).\n\n"
     )

@@ -166,6 +166,7 @@ def cmd_bench(args) -> int:
         threads=args.threads,
         in_process=args.in_process,
         layers=args.layers,
+        device=args.device,
         command="interlayer bench " + " ".join(args.argv),
     )
     print((Path(args.out) / "bench.md").read_text())
@@ -395,6 +396,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--threads", type=int, default=2, help="torch threads of every turn (default: %(default)s)")
     bench.add_argument("--layers", type=int, help="decoder layers of the Llama cases (default: 30, SmolLM2-135M)")
     bench.add_argument("--in-process", action="store_true", help="no subprocess per case (memory figures shared)")
+    bench.add_argument(
+        "--device", default="cpu", help="cpu (default), cuda or cuda:N: where both models run (counts stay on the CPU)"
+    )
     bench.set_defaults(func=cmd_bench)
 
     results = sub.add_parser(

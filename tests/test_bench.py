@@ -12,6 +12,13 @@ from interlayer.cli import main
 FAMILY_CASES = ["hc-static", "bridge-H9", "sentinel", "attention-bridge"]  # one case per stock family
 
 
+def table_rows(markdown: str, header: str) -> list[str]:
+    """The rows (header first, no separator) of the one table of `markdown` whose header contains `header`."""
+    blocks = [block.splitlines() for block in markdown.split("\n\n") if block.startswith("| ")]
+    (table,) = [b for b in blocks if header in b[0]]
+    return [line for line in table if "---" not in line]
+
+
 def check_phases(r, phases, rounds):
     """Each phase's turns are positive and its ratios, median and spread are computed from them."""
     for phase in phases:
@@ -53,7 +60,7 @@ def test_quick_bench_writes_json_and_markdown_for_every_family(tmp_path, capsys)
         "attention-bridge": "MarianAttentionBridgeForConditionalGeneration",
     }
     table = (out / "bench.md").read_text()
-    rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line]
+    rows = table_rows(table, "| step ratio |")
     assert len(rows) == 1 + len(FAMILY_CASES)
     for r, row in zip(record["cases"], rows[1:]):
         cells = [c.strip() for c in row.strip("|").split("|")]
@@ -95,7 +102,7 @@ def test_pruned_sentinel_cases_time_the_forward_against_the_attention_flops_remo
     check_record(record, PRUNE_CASES, rounds=1)
     table = (out / "bench.md").read_text()
     assert "| step ratio |" not in table  # no case trains, so no training table
-    rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line]
+    rows = table_rows(table, "| forward ratio |")
     assert len(rows) == 1 + len(PRUNE_CASES) and "| attention FLOPs removed | forward FLOPs ratio |" in rows[0]
     for r, row in zip(record["cases"], rows[1:]):
         assert "train_flops" not in r and r["class"] == "GPT2SentinelLMHeadModel"
@@ -136,7 +143,7 @@ def test_compiled_steps_and_decoding_against_compiled_stock(tmp_path):
     check_phases(hc, ["train_compiled", "decode_compiled"], rounds=1)
     check_phases(latent, ["train_compiled"], rounds=1)
     assert "StaticCache" in latent["decode_compiled"]["not_measured"]
-    rows = [line for line in (out / "bench.md").read_text().splitlines() if line.startswith("| ") and "---" not in line]
+    rows = table_rows((out / "bench.md").read_text(), "| step ratio |")
     cells = {row.split("|")[1].strip(): [c.strip() for c in row.strip("|").split("|")] for row in rows[1:]}
     assert cells["hc-static"][4].startswith(f"{hc['train_compiled']['median']:.2f}x")
     assert cells["hc-static"][8].startswith(f"{hc['decode_compiled']['median']:.2f}x")
@@ -156,3 +163,68 @@ def test_bench_refuses_an_unknown_case(tmp_path, capsys):
     assert main(["bench", "--quick", "--cases", "mhc", "nope", "--out", str(tmp_path)]) == 2
     assert "unknown case 'nope'" in capsys.readouterr().err
     assert not (tmp_path / "bench.json").exists()
+
+
+def test_memory_traffic_counts_what_each_operation_reads_and_writes():
+    """Every aten operation's tensor arguments and results, a broadcast dimension read once, views free; forward and
+    backward both counted."""
+    import torch
+
+    from interlayer.bench import memory_traffic
+
+    a, b = torch.ones(4, 8), torch.ones(8)
+    with memory_traffic() as traffic:
+        a + b  # reads 4 x 8 and 8 values, writes 4 x 8
+    assert traffic.bytes == 4 * (32 + 8 + 32)
+    with memory_traffic() as traffic:
+        a.view(8, 4).t()
+        b.expand(4, 8) * 2.0  # the expanded operand is read as its 8 values
+    assert traffic.bytes == 4 * (8 + 32)
+    w = torch.ones(4, 8, requires_grad=True)
+    with memory_traffic() as forward_only:
+        (w * 3.0).sum()
+    with memory_traffic() as both:
+        (w * 3.0).sum().backward()
+    assert both.bytes > forward_only.bytes
+
+
+def test_traffic_of_hyper_connections_is_their_k_streams(tmp_path):
+    """The record counts each training step's and decoded token's bytes for stock and model, and the table shows
+    them: K = 4 residual streams move more bytes than stock's one, a pruned GPT-2 fewer when decoding."""
+    out = tmp_path / "bench"
+    cases = ["hc-static", "sentinel-prune-70"]
+    assert main(["bench", "--quick", "--in-process", "--cases", *cases, "--out", str(out)]) == 0
+    hc, pruned = json.loads((out / "bench.json").read_text())["cases"]
+    assert hc["train_bytes"]["model"] > hc["train_bytes"]["stock"] > 0
+    assert hc["decode_bytes"]["model"] > hc["decode_bytes"]["stock"] > 0
+    assert "train_bytes" not in pruned and 0 < pruned["decode_bytes"]["model"] < pruned["decode_bytes"]["stock"]
+    rows = table_rows((out / "bench.md").read_text(), "| training bytes ratio |")
+    cells = {row.split("|")[1].strip(): [c.strip() for c in row.strip("|").split("|")] for row in rows[1:]}
+    shape = hc["per_token_layer"]
+    (batch, seq), vector = hc["train_batch"], shape["hidden_size"] * shape["bytes"] * shape["layers"]
+    extra = (hc["train_bytes"]["model"] - hc["train_bytes"]["stock"]) / (batch * seq * vector)
+    assert cells["hc-static"][2:4] == [
+        f"{hc['train_bytes']['model'] / hc['train_bytes']['stock']:.2f}x",
+        f"{extra:.1f}",
+    ]
+    assert cells["sentinel-prune-70"][2:4] == ["-", "-"]
+
+
+@pytest.mark.parametrize(
+    "device, message",
+    [("tpu", "the devices are cpu, cuda and cuda:N"), ("cpu:1", "the devices are"), ("cuda:x", "the devices are")],
+)
+def test_bench_refuses_a_device_it_cannot_use(tmp_path, capsys, device, message):
+    assert main(["bench", "--quick", "--cases", "mhc", "--device", device, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"--device: got {device!r}" in err and message in err
+    assert not (tmp_path / "bench.json").exists()
+
+
+def test_bench_on_cuda_without_a_gpu_says_so(tmp_path, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: `--device cuda` runs")
+    assert main(["bench", "--quick", "--cases", "mhc", "--device", "cuda", "--out", str(tmp_path)]) == 2
+    assert "--device: 'cuda' needs a GPU, and torch.cuda.is_available() is False here" in capsys.readouterr().err
