@@ -71,16 +71,8 @@ from transformers.models.roberta.modeling_roberta import (
 from transformers.pytorch_utils import Conv1D
 from transformers.utils.generic import can_return_tuple
 
-from .configuration_sentinel import (
-    BertSentinelConfig,
-    GatedGPT2Config,
-    GPT2SentinelConfig,
-    LlamaSentinelConfig,
-    Qwen2SentinelConfig,
-    Qwen3SentinelConfig,
-    RobertaSentinelConfig,
-)
-from .decoder_common import LLAMA, QWEN2, QWEN3, CausalLMMixin, DecoderStackMixin, composed_class, family_classes
+from .configuration_sentinel import BertSentinelConfig, GatedGPT2Config, GPT2SentinelConfig, RobertaSentinelConfig
+from .decoder_common import CausalLMMixin, DecoderStackMixin
 from .zoo_common import (
     CACHE_KWARG,
     ZooModelMixin,
@@ -89,6 +81,17 @@ from .zoo_common import (
     select_hidden_states,
     take_cache,
 )
+
+# isort: split
+# --- begin generated imports (python -m interlayer.models.generate_classes --fix): do not edit ---
+from transformers.models.llama.modeling_llama import LlamaAttention, LlamaDecoderLayer, LlamaForCausalLM, LlamaModel
+from transformers.models.qwen2.modeling_qwen2 import Qwen2Attention, Qwen2DecoderLayer, Qwen2ForCausalLM, Qwen2Model
+from transformers.models.qwen3.modeling_qwen3 import Qwen3Attention, Qwen3DecoderLayer, Qwen3ForCausalLM, Qwen3Model
+
+from .configuration_sentinel import LlamaSentinelConfig, Qwen2SentinelConfig, Qwen3SentinelConfig
+from .families import LLAMA, QWEN2, QWEN3
+
+# --- end generated imports ---
 
 
 @dataclass(frozen=True)
@@ -395,7 +398,7 @@ class EncoderSentinelSelfAttention(SentinelGates):
 
 class BertSentinelSelfAttention(EncoderSentinelSelfAttention, BertSelfAttention):
     def __init__(self, *args, **kwargs):  # its own, so that DeepSpeed's zero.Init partitions the gates too
-        super().__init__(*args, **kwargs)  # (`decoder_common.composed_class` says why)
+        super().__init__(*args, **kwargs)  # (`generate_classes.py` says why)
 
 
 class RobertaSentinelSelfAttention(EncoderSentinelSelfAttention, RobertaSelfAttention):
@@ -948,8 +951,6 @@ class DecoderSentinelModelMixin(DecoderSentinelPreTrainedMixin, DecoderStackMixi
     """A Llama-family decoder with sentinel-gated attention and optional U-Net skips; stock embeddings, layers,
     norm and rotary embedding."""
 
-    records_attentions = False  # `output_attentions` is refused (the config's `no_attention_weights`)
-
     @can_return_tuple
     def forward(
         self,
@@ -1001,38 +1002,6 @@ class DecoderSentinelModelMixin(DecoderSentinelPreTrainedMixin, DecoderStackMixi
 
 class DecoderSentinelLMMixin(SentinelLMHeadMixin, DecoderSentinelPreTrainedMixin, CausalLMMixin):
     """The stock causal-LM head (and tying) on a sentinel decoder; the loss adds the gates' L1 pressure."""
-
-
-def _decoder_classes(family, name, config_class):
-    """`{name}Attention`, `{name}DecoderLayer`, `{name}Model` and `{name}ForCausalLM` of a Llama-family decoder: the
-    family's stock classes with the sentinel mixins, declared once in `decoder_common.family_classes`."""
-    attention = composed_class(
-        f"{name}Attention",
-        (DecoderSentinelAttention, family.attention),
-        {"__module__": __name__, "__qualname__": f"{name}Attention"},
-    )
-    return attention, *family_classes(
-        family,
-        name,
-        config_class,
-        DecoderSentinelLayerMixin,
-        DecoderSentinelModelMixin,
-        DecoderSentinelLMMixin,
-        module=__name__,
-        layer_attributes={"attention_class": attention},
-    )
-
-
-# one line per family: the roles are declared once in decoder_common
-LlamaSentinelAttention, LlamaSentinelDecoderLayer, LlamaSentinelModel, LlamaSentinelForCausalLM = _decoder_classes(
-    LLAMA, "LlamaSentinel", LlamaSentinelConfig
-)
-Qwen2SentinelAttention, Qwen2SentinelDecoderLayer, Qwen2SentinelModel, Qwen2SentinelForCausalLM = _decoder_classes(
-    QWEN2, "Qwen2Sentinel", Qwen2SentinelConfig
-)
-Qwen3SentinelAttention, Qwen3SentinelDecoderLayer, Qwen3SentinelModel, Qwen3SentinelForCausalLM = _decoder_classes(
-    QWEN3, "Qwen3Sentinel", Qwen3SentinelConfig
-)
 
 
 class EncoderSentinelPreTrainedMixin(SentinelPreTrainedMixin):
@@ -1192,12 +1161,6 @@ __all__ = [
     "GatedGPT2Config",
     "GatedGPT2LMHeadModel",
     "GatedGPT2Model",
-    "LlamaSentinelForCausalLM",
-    "LlamaSentinelModel",
-    "Qwen2SentinelForCausalLM",
-    "Qwen2SentinelModel",
-    "Qwen3SentinelForCausalLM",
-    "Qwen3SentinelModel",
     "RobertaSentinelForSequenceClassification",
     "RobertaSentinelModel",
     "SentinelCausalLMOutput",
@@ -1205,3 +1168,130 @@ __all__ = [
     "SentinelGates",
     "SentinelRoles",
 ]
+
+
+# --- begin generated classes (python -m interlayer.models.generate_classes --fix): do not edit ---
+# each class has an `__init__` of its own: generate_classes.py says why
+class LlamaSentinelAttention(DecoderSentinelAttention, LlamaAttention):
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx)
+
+
+class LlamaSentinelDecoderLayer(DecoderSentinelLayerMixin, LlamaDecoderLayer):
+    family = LLAMA
+    attention_class = LlamaSentinelAttention
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx)
+
+
+class LlamaSentinelModel(DecoderSentinelModelMixin, LlamaModel):
+    config_class = LlamaSentinelConfig
+    family = LLAMA
+    decoder_layer_class = LlamaSentinelDecoderLayer
+    _no_split_modules = ["LlamaSentinelDecoderLayer"]
+    _can_record_outputs = {}
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+class LlamaSentinelForCausalLM(DecoderSentinelLMMixin, LlamaForCausalLM, GenerationMixin):
+    config_class = LlamaSentinelConfig
+    base_class = LlamaSentinelModel
+    _no_split_modules = ["LlamaSentinelDecoderLayer"]
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+register_for_auto_classes(
+    LlamaSentinelConfig, AutoModel=LlamaSentinelModel, AutoModelForCausalLM=LlamaSentinelForCausalLM
+)
+
+
+class Qwen2SentinelAttention(DecoderSentinelAttention, Qwen2Attention):
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx)
+
+
+class Qwen2SentinelDecoderLayer(DecoderSentinelLayerMixin, Qwen2DecoderLayer):
+    family = QWEN2
+    attention_class = Qwen2SentinelAttention
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx)
+
+
+class Qwen2SentinelModel(DecoderSentinelModelMixin, Qwen2Model):
+    config_class = Qwen2SentinelConfig
+    family = QWEN2
+    decoder_layer_class = Qwen2SentinelDecoderLayer
+    _no_split_modules = ["Qwen2SentinelDecoderLayer"]
+    _can_record_outputs = {}
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+class Qwen2SentinelForCausalLM(DecoderSentinelLMMixin, Qwen2ForCausalLM, GenerationMixin):
+    config_class = Qwen2SentinelConfig
+    base_class = Qwen2SentinelModel
+    _no_split_modules = ["Qwen2SentinelDecoderLayer"]
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+register_for_auto_classes(
+    Qwen2SentinelConfig, AutoModel=Qwen2SentinelModel, AutoModelForCausalLM=Qwen2SentinelForCausalLM
+)
+
+
+class Qwen3SentinelAttention(DecoderSentinelAttention, Qwen3Attention):
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx)
+
+
+class Qwen3SentinelDecoderLayer(DecoderSentinelLayerMixin, Qwen3DecoderLayer):
+    family = QWEN3
+    attention_class = Qwen3SentinelAttention
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx)
+
+
+class Qwen3SentinelModel(DecoderSentinelModelMixin, Qwen3Model):
+    config_class = Qwen3SentinelConfig
+    family = QWEN3
+    decoder_layer_class = Qwen3SentinelDecoderLayer
+    _no_split_modules = ["Qwen3SentinelDecoderLayer"]
+    _can_record_outputs = {}
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+class Qwen3SentinelForCausalLM(DecoderSentinelLMMixin, Qwen3ForCausalLM, GenerationMixin):
+    config_class = Qwen3SentinelConfig
+    base_class = Qwen3SentinelModel
+    _no_split_modules = ["Qwen3SentinelDecoderLayer"]
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+register_for_auto_classes(
+    Qwen3SentinelConfig, AutoModel=Qwen3SentinelModel, AutoModelForCausalLM=Qwen3SentinelForCausalLM
+)
+
+
+__all__ += [
+    "LlamaSentinelForCausalLM",
+    "LlamaSentinelModel",
+    "Qwen2SentinelForCausalLM",
+    "Qwen2SentinelModel",
+    "Qwen3SentinelForCausalLM",
+    "Qwen3SentinelModel",
+]
+# --- end generated classes ---
