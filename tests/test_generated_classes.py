@@ -95,3 +95,32 @@ def test_a_new_decoder_family_is_one_declaration(monkeypatch):
     assert "NewFam" not in blocks[PACKAGE / "models" / "modeling_sentinel.py"]["classes"]
     for path in blocks:
         compile(generate_classes.rendered(path), str(path), "exec")
+
+
+# the model files' layers, lowest first: a file imports only files of lower layers (so no cycle), and only from this
+# folder (no parent-relative import: `save_pretrained` ships the folder's files the model files import as remote code)
+LAYERS = [
+    {"zoo_requirements"},
+    {"zoo_common"},
+    {"families"},
+    {"decoder_common"},
+    {p.stem for p in (PACKAGE / "models").glob("configuration_*.py")},
+    {p.stem for p in (PACKAGE / "models").glob("modeling_*.py")},
+    {"generate_classes"},
+]
+
+
+def test_model_files_import_only_lower_layers_of_their_folder():
+    layer_of = {name: i for i, names in enumerate(LAYERS) for name in names}
+    for path in (PACKAGE / "models").glob("*.py"):
+        if path.stem == "__init__":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                assert node.level == 1, f"{path.name}: a parent-relative import"
+                modules = [node.module] if node.module else [alias.name for alias in node.names]
+                for module in modules:
+                    assert layer_of[module] < layer_of[path.stem], f"{path.name} imports {module}, not a lower layer"
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [node.module] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+                assert not any(n.split(".")[0] == "interlayer" for n in names), f"{path.name} imports {names}"

@@ -1,5 +1,9 @@
 """The zoo's families, each declared once by the roles its stock modules play, for every mechanism to read.
 
+Where a family's layer keeps its attention heads (`Heads`: the attention module, its query/key/value projections and
+its output projection) is declared once per family, decoder or encoder: the sentinel gates and prunes the heads there,
+the bridges' cross-attention projects with those projections.
+
 A decoder family (`DecoderFamily`) is declared by its stock classes and by the roles of its layer: the attention
 branch `F_attn(x)` and the MLP branch `F_mlp(x)` of a residual block (the stock layer computes `h + F_attn(h)`, then
 `h + F_mlp(h)`), with the family's norms and dropouts inside the branch; the embedding (scaled or not); the final norm;
@@ -17,20 +21,27 @@ from .zoo_requirements import MIN_TRANSFORMERS  # noqa: F401
 # isort: split
 
 import dataclasses
+import operator
 from collections.abc import Callable
 
 import torch
 from torch import nn
 from transformers.modeling_outputs import BaseModelOutputWithPast, BaseModelOutputWithPastAndCrossAttentions
+from transformers.models.bert import modeling_bert as bert
+from transformers.models.deberta_v2 import modeling_deberta_v2 as deberta_v2
+from transformers.models.electra import modeling_electra as electra
 from transformers.models.gemma2 import modeling_gemma2 as gemma2
 from transformers.models.gemma3 import modeling_gemma3 as gemma3
 from transformers.models.gpt2 import modeling_gpt2 as gpt2
 from transformers.models.llama import modeling_llama as llama
 from transformers.models.mistral import modeling_mistral as mistral
+from transformers.models.modernbert import modeling_modernbert as modernbert
 from transformers.models.olmo2 import modeling_olmo2 as olmo2
 from transformers.models.phi3 import modeling_phi3 as phi3
 from transformers.models.qwen2 import modeling_qwen2 as qwen2
 from transformers.models.qwen3 import modeling_qwen3 as qwen3
+from transformers.models.roberta import modeling_roberta as roberta
+from transformers.models.xlm_roberta import modeling_xlm_roberta as xlm_roberta
 
 from .zoo_common import stock_cache_kwargs
 
@@ -93,6 +104,37 @@ def scaled_embedding(embedding_class):
 
 
 @dataclasses.dataclass(frozen=True)
+class Heads:
+    """Where a family's layer keeps its attention heads, as module paths inside one layer (block).
+
+    Attributes:
+        attention: the self-attention module that computes the heads' outputs (the sentinel gates it).
+        qkv: the projections whose output features are grouped by head: one fused module whose outputs are
+            `[query heads | key heads | value heads]` (GPT-2's `c_attn`), or the query, key and value modules.
+        out: the output projection, whose input features are grouped by query head.
+        count, size: the attributes of the attention module (dotted paths) holding its number of query heads and
+            the size of a head, as the stock module sets them.
+    """
+
+    attention: str
+    qkv: tuple[str, ...]
+    out: str
+    count: str
+    size: str
+
+    def count_of(self, attention: nn.Module) -> int:
+        return operator.attrgetter(self.count)(attention)
+
+    def size_of(self, attention: nn.Module) -> int:
+        return operator.attrgetter(self.size)(attention)
+
+
+def attention_heads(attention: str, q: str, k: str, v: str, out: str, count: str, size: str) -> Heads:
+    """`Heads` of an attention module `attention` with separate query, key and value projections (names inside it)."""
+    return Heads(attention, tuple(f"{attention}.{name}" for name in (q, k, v)), out, count, size)
+
+
+@dataclasses.dataclass(frozen=True)
 class DecoderFamily:
     """A stock decoder-only family, declared by the roles its pieces play.
 
@@ -105,6 +147,7 @@ class DecoderFamily:
         attention: the stock attention module (recorded for `output_attentions`).
         final_norm: `final_norm(config)` builds the stock final norm.
         rotary: the stock rotary-embedding class; None for absolute positions (GPT-2).
+        heads: where a layer keeps its attention heads (`Heads`).
         attention_branch, mlp_branch: `F_attn`, `F_mlp` of the stock layer, norms and dropouts included.
         embedding: `embedding(config, padding_idx)` builds the stock embedding (scaled for Gemma).
         names: the stock model's attribute names (`StackNames`); with `names.positions`, the absolute position
@@ -126,6 +169,7 @@ class DecoderFamily:
     attention: type
     final_norm: Callable
     rotary: type | None
+    heads: Heads
     attention_branch: Branch
     mlp_branch: Branch
     embedding: Callable = plain_embedding
@@ -135,6 +179,11 @@ class DecoderFamily:
     extra_inputs: tuple[str, ...] = ()
     output_class: type = BaseModelOutputWithPast
     checkpoints: str = ""
+
+    @property
+    def layer_path(self) -> str:
+        """Where the base model keeps its layers (`layers`, GPT-2's `h`)."""
+        return self.names.layers
 
     def check(self, config) -> None:
         for name, why in self.refused.items():
@@ -154,6 +203,10 @@ class DecoderFamily:
 # pre-norm blocks: F_attn(x) = attn(norm_1(x)), F_mlp(x) = mlp(norm_2(x))
 PRE_NORM_ATTENTION = Branch("self_attn", before=("input_layernorm",))
 PRE_NORM_MLP = Branch("mlp", before=("post_attention_layernorm",))
+# the Llama family's attention: `self_attn.q_proj/k_proj/v_proj` (grouped-query: fewer key/value heads) and `o_proj`
+LLAMA_HEADS = attention_heads(
+    "self_attn", "q_proj", "k_proj", "v_proj", "self_attn.o_proj", "config.num_attention_heads", "head_dim"
+)
 
 
 def _family(module, prefix: str, model_type: str, **roles) -> DecoderFamily:
@@ -163,7 +216,7 @@ def _family(module, prefix: str, model_type: str, **roles) -> DecoderFamily:
     classes = {role: getattr(module, prefix + name) for role, name in names.items() if role not in roles}
     classes |= {"final_norm": rms_norm(getattr(module, prefix + "RMSNorm"))}
     classes |= {"rotary": getattr(module, prefix + "RotaryEmbedding")}
-    branches = {"attention_branch": PRE_NORM_ATTENTION, "mlp_branch": PRE_NORM_MLP}
+    branches = {"attention_branch": PRE_NORM_ATTENTION, "mlp_branch": PRE_NORM_MLP, "heads": LLAMA_HEADS}
     return DecoderFamily(model_type=model_type, **{"name": prefix, **classes, **branches, **roles})
 
 
@@ -177,6 +230,7 @@ PHI3 = _family(
     "Phi3",
     "phi3",
     checkpoints="Phi-3, Phi-3.5, Phi-4 mini",
+    heads=Heads("self_attn", ("self_attn.qkv_proj",), "self_attn.o_proj", "config.num_attention_heads", "head_dim"),
     attention_branch=Branch("self_attn", before=("input_layernorm",), after=("resid_attn_dropout",)),
     mlp_branch=Branch("mlp", before=("post_attention_layernorm",), after=("resid_mlp_dropout",)),
 )
@@ -226,6 +280,7 @@ GPT2 = DecoderFamily(
     attention=gpt2.GPT2Attention,
     final_norm=lambda config: nn.LayerNorm(config.hidden_size, eps=config.layer_norm_epsilon),
     rotary=None,
+    heads=Heads("attn", ("attn.c_attn",), "attn.c_proj", "num_heads", "head_dim"),
     attention_branch=Branch("attn", before=("ln_1",)),
     mlp_branch=Branch("mlp", before=("ln_2",)),
     embedding=lambda config, padding_idx: nn.Embedding(config.vocab_size, config.hidden_size),
@@ -233,4 +288,61 @@ GPT2 = DecoderFamily(
     refused={"add_cross_attention": "it has no cross-attention"},
     extra_inputs=("token_type_ids", "encoder_hidden_states", "encoder_attention_mask"),
     output_class=BaseModelOutputWithPastAndCrossAttentions,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class EncoderFamily:
+    """A stock encoder family, declared by the roles its layer plays.
+
+    Attributes:
+        model_type: the stock `model_type` (`"bert"`).
+        name: the family's part of the zoo's class names (`"Bert"`: `BertBridgeModel`, `BertSentinelModel`, ...).
+        layer: the stock encoder layer class.
+        layer_path: where the base model keeps its layers (`encoder.layer`; ModernBERT's `layers`).
+        heads: where a layer keeps its attention heads (`Heads`).
+        attention_norm: in a pre-norm layer, the norm its attention reads its input through (ModernBERT's
+            `attn_norm`); None in a post-norm layer (BERT's), whose attention reads the layer's input itself.
+    """
+
+    model_type: str
+    name: str
+    layer: type
+    heads: Heads
+    layer_path: str = "encoder.layer"
+    attention_norm: str | None = None
+
+
+# BERT and its descendants: post-norm layers `attention -> intermediate -> output`, the projections
+# `attention.self.query/key/value` and `attention.output.dense`
+BERT_HEADS = attention_heads(
+    "attention.self", "query", "key", "value", "attention.output.dense", "num_attention_heads", "attention_head_size"
+)
+BERT = EncoderFamily("bert", "Bert", bert.BertLayer, BERT_HEADS)
+ROBERTA = EncoderFamily("roberta", "Roberta", roberta.RobertaLayer, BERT_HEADS)
+XLM_ROBERTA = EncoderFamily("xlm-roberta", "XLMRoberta", xlm_roberta.XLMRobertaLayer, BERT_HEADS)
+ELECTRA = EncoderFamily("electra", "Electra", electra.ElectraLayer, BERT_HEADS)
+# DeBERTa-v2/v3: the same layout with disentangled attention's `query_proj/key_proj/value_proj`
+DEBERTA_V2 = EncoderFamily(
+    "deberta-v2",
+    "DebertaV2",
+    deberta_v2.DebertaV2Layer,
+    attention_heads(
+        "attention.self",
+        "query_proj",
+        "key_proj",
+        "value_proj",
+        "attention.output.dense",
+        "num_attention_heads",
+        "attention_head_size",
+    ),
+)
+# ModernBERT: pre-norm layers `attn_norm -> attn`, `mlp_norm -> mlp` (no encoder module: `layers.N`), one fused `Wqkv`
+MODERNBERT = EncoderFamily(
+    "modernbert",
+    "ModernBert",
+    modernbert.ModernBertEncoderLayer,
+    Heads("attn", ("attn.Wqkv",), "attn.Wo", "config.num_attention_heads", "head_dim"),
+    layer_path="layers",
+    attention_norm="attn_norm",
 )

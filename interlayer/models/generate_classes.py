@@ -271,6 +271,7 @@ def modeling_classes(mechanism: Mechanism) -> str:
         out.append(class_statement(n.model, [mechanism.model_mixin, family.model.__name__], model_body))
         lm_body = [
             f"config_class = {n.config}",
+            f"family = {constant}",
             f"base_class = {n.model}",
             no_split.rstrip("\n"),
             "",

@@ -95,6 +95,7 @@ from .configuration_bridge import (
     RobertaBridgeConfig,
     XLMRobertaBridgeConfig,
 )
+from .families import BERT, DEBERTA_V2, ELECTRA, MODERNBERT, ROBERTA, XLM_ROBERTA, EncoderFamily
 from .zoo_common import (
     CACHE_KWARG,
     StatsAccumulator,
@@ -467,20 +468,22 @@ class BridgeLayerMixin:
     """A stock encoder layer (same modules, same weight names) that, when it is a target, adds the bridge's injection
     where its attention sublayer ends, to the input of its FFN sublayer (seed section 4).
 
-    The mechanism is written once against the roles a family's layer plays; a family declares them:
+    The mechanism is written once against the roles a family's layer plays. Its `family` (`families.EncoderFamily`)
+    declares where the layer keeps its attention heads, which give `bridge_projections()` (the query, key and value
+    projections, `BridgeProjections`), and the norm its attention reads through, which gives `bridge_read` (the states
+    the bridge reads from a hidden state entering this layer, the way this layer's attention reads it: the hidden
+    state itself in a post-norm layer, its attention norm in a pre-norm one). The family's `*LayerRoles` mixin
+    writes the rest:
 
     - `attention_sublayer(hidden_states, *layer_inputs)`: the stock computation up to where the attention sublayer
       ends, returning what enters the FFN sublayer (post-norm: LN(H + Attn(H)); pre-norm: the residual stream
       H + Attn(norm(H))). `layer_inputs` are the per-layer tensors the family's encoder passes (attention mask,
       relative positions, rotary tables).
     - `ffn_sublayer(attention_output)`: the rest of the stock layer, up to the layer output.
-    - `bridge_projections()`: the attention's query, key and value projections (`BridgeProjections`).
-    - `bridge_read(hidden_states)`: the states the bridge reads from a hidden state entering this layer, the way this
-      layer's attention reads it: the hidden state itself (post-norm, the default) or its attention norm (pre-norm).
     """
 
+    family: EncoderFamily
     stock_takes_layer_idx = True
-    bridge_reads_output = True  # `bridge_read` is the identity (post-norm)
 
     def __init__(self, config, layer_idx=None):
         if self.stock_takes_layer_idx:
@@ -489,8 +492,25 @@ class BridgeLayerMixin:
             super().__init__(config)
         self.bridge = BridgeBlock(config, layer_idx) if layer_idx in config.bridge_target_layers else None
 
+    @property
+    def bridge_reads_output(self) -> bool:
+        """`bridge_read` is the identity (a post-norm layer)."""
+        return self.family.attention_norm is None
+
     def bridge_read(self, hidden_states):
-        return hidden_states
+        if self.family.attention_norm is None:
+            return hidden_states
+        return self.get_submodule(self.family.attention_norm)(hidden_states)
+
+    def bridge_projections(self) -> BridgeProjections:
+        heads = self.family.heads
+        attention = self.get_submodule(heads.attention)
+        count, size = heads.count_of(attention), heads.size_of(attention)
+        projections = [self.get_submodule(path) for path in heads.qkv]
+        if len(projections) == 1:  # one fused projection, whose output is [query | key | value]
+            fused, width = projections[0], count * size
+            projections = [lambda x, i=i: fused(x)[..., i * width : (i + 1) * width] for i in range(3)]
+        return BridgeProjections(*projections, count, size)
 
     def forward(
         self,
@@ -532,8 +552,8 @@ class BridgeLayerMixin:
 
 
 class BertLikeLayerRoles:
-    """BERT, RoBERTa, XLM-R, ELECTRA: post-norm layers `attention -> intermediate -> output`, with the projections
-    `attention.self.query/key/value`; the layer input is the extended attention mask."""
+    """BERT, RoBERTa, XLM-R, ELECTRA: post-norm layers `attention -> intermediate -> output`; the layer input is the
+    extended attention mask."""
 
     def attention_sublayer(self, hidden_states, attention_mask):
         return self.attention(hidden_states, attention_mask)[0]
@@ -543,21 +563,11 @@ class BertLikeLayerRoles:
             self.feed_forward_chunk, self.chunk_size_feed_forward, self.seq_len_dim, attention_output
         )
 
-    def bridge_projections(self):
-        attention = self.attention.self
-        return BridgeProjections(
-            attention.query,
-            attention.key,
-            attention.value,
-            attention.num_attention_heads,
-            attention.attention_head_size,
-        )
-
 
 class DebertaV2LayerRoles:
     """DeBERTa-v2/v3: post-norm layers `attention -> intermediate -> output` with disentangled relative attention;
-    projections `attention.self.query_proj/key_proj/value_proj`; the layer inputs are the (B, 1, S, S) mask, the
-    relative positions and the relative embeddings. The bridge's cross-attention is content-to-content only."""
+    the layer inputs are the (B, 1, S, S) mask, the relative positions and the relative embeddings. The bridge's
+    cross-attention is content-to-content only."""
 
     stock_takes_layer_idx = False
 
@@ -569,23 +579,13 @@ class DebertaV2LayerRoles:
     def ffn_sublayer(self, attention_output):
         return self.output(self.intermediate(attention_output), attention_output)
 
-    def bridge_projections(self):
-        attention = self.attention.self
-        return BridgeProjections(
-            attention.query_proj,
-            attention.key_proj,
-            attention.value_proj,
-            attention.num_attention_heads,
-            attention.attention_head_size,
-        )
-
 
 class ModernBertLayerRoles:
-    """ModernBERT: pre-norm layers `attn_norm -> attn` and `mlp_norm -> mlp`, each added to the residual stream, with
-    one fused `attn.Wqkv` projection; the layer inputs are its attention type's mask and rotary tables. The attention
-    sublayer ends on the residual stream, so the injection enters both the FFN's norm and its residual; the bridge
-    reads states through the attention norm (`attn_norm`). The cross-attention has no rotary positions and no
-    sliding window: every source token is visible."""
+    """ModernBERT: pre-norm layers `attn_norm -> attn` and `mlp_norm -> mlp`, each added to the residual stream; the
+    layer inputs are its attention type's mask and rotary tables. The attention sublayer ends on the residual stream,
+    so the injection enters both the FFN's norm and its residual; the bridge reads states through the attention norm
+    (the family's `attention_norm`). The cross-attention has no rotary positions and no sliding window: every source
+    token is visible."""
 
     def attention_sublayer(self, hidden_states, attention_mask, cos, sin):
         attn_output, _ = self.attn(
@@ -596,43 +596,29 @@ class ModernBertLayerRoles:
     def ffn_sublayer(self, attention_output):
         return attention_output + self.mlp(self.mlp_norm(attention_output))
 
-    bridge_reads_output = False
-
-    def bridge_read(self, hidden_states):
-        return self.attn_norm(hidden_states)
-
-    def bridge_projections(self):
-        fused, head_dim = self.attn.Wqkv, self.attn.head_dim
-        width = self.config.num_attention_heads * head_dim
-
-        def part(i):  # Wqkv's output is [query | key | value]
-            return lambda x: fused(x)[..., i * width : (i + 1) * width]
-
-        return BridgeProjections(part(0), part(1), part(2), self.config.num_attention_heads, head_dim)
-
 
 class RobertaBridgeLayer(BertLikeLayerRoles, BridgeLayerMixin, RobertaLayer):
-    pass
+    family = ROBERTA
 
 
 class BertBridgeLayer(BertLikeLayerRoles, BridgeLayerMixin, BertLayer):
-    pass
+    family = BERT
 
 
 class XLMRobertaBridgeLayer(BertLikeLayerRoles, BridgeLayerMixin, XLMRobertaLayer):
-    pass
+    family = XLM_ROBERTA
 
 
 class ElectraBridgeLayer(BertLikeLayerRoles, BridgeLayerMixin, ElectraLayer):
-    pass
+    family = ELECTRA
 
 
 class DebertaV2BridgeLayer(DebertaV2LayerRoles, BridgeLayerMixin, DebertaV2Layer):
-    pass
+    family = DEBERTA_V2
 
 
 class ModernBertBridgeLayer(ModernBertLayerRoles, BridgeLayerMixin, ModernBertEncoderLayer):
-    pass
+    family = MODERNBERT
 
 
 class BridgeStackMixin:

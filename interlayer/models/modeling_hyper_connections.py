@@ -824,6 +824,7 @@ class LlamaMHCModel(HCModelMixin, LlamaModel):
 
 class LlamaMHCForCausalLM(HCForCausalLMMixin, LlamaForCausalLM, GenerationMixin):
     config_class = LlamaMHCConfig
+    family = LLAMA
     base_class = LlamaMHCModel
     _no_split_modules = ["LlamaMHCDecoderLayer"]
 
@@ -854,6 +855,7 @@ class Qwen3MHCModel(HCModelMixin, Qwen3Model):
 
 class Qwen3MHCForCausalLM(HCForCausalLMMixin, Qwen3ForCausalLM, GenerationMixin):
     config_class = Qwen3MHCConfig
+    family = QWEN3
     base_class = Qwen3MHCModel
     _no_split_modules = ["Qwen3MHCDecoderLayer"]
 
@@ -884,6 +886,7 @@ class Qwen2MHCModel(HCModelMixin, Qwen2Model):
 
 class Qwen2MHCForCausalLM(HCForCausalLMMixin, Qwen2ForCausalLM, GenerationMixin):
     config_class = Qwen2MHCConfig
+    family = QWEN2
     base_class = Qwen2MHCModel
     _no_split_modules = ["Qwen2MHCDecoderLayer"]
 
@@ -914,6 +917,7 @@ class MistralMHCModel(HCModelMixin, MistralModel):
 
 class MistralMHCForCausalLM(HCForCausalLMMixin, MistralForCausalLM, GenerationMixin):
     config_class = MistralMHCConfig
+    family = MISTRAL
     base_class = MistralMHCModel
     _no_split_modules = ["MistralMHCDecoderLayer"]
 
@@ -944,6 +948,7 @@ class Phi3MHCModel(HCModelMixin, Phi3Model):
 
 class Phi3MHCForCausalLM(HCForCausalLMMixin, Phi3ForCausalLM, GenerationMixin):
     config_class = Phi3MHCConfig
+    family = PHI3
     base_class = Phi3MHCModel
     _no_split_modules = ["Phi3MHCDecoderLayer"]
 
@@ -974,6 +979,7 @@ class Olmo2MHCModel(HCModelMixin, Olmo2Model):
 
 class Olmo2MHCForCausalLM(HCForCausalLMMixin, Olmo2ForCausalLM, GenerationMixin):
     config_class = Olmo2MHCConfig
+    family = OLMO2
     base_class = Olmo2MHCModel
     _no_split_modules = ["Olmo2MHCDecoderLayer"]
 
@@ -1004,6 +1010,7 @@ class Gemma2MHCModel(HCModelMixin, Gemma2Model):
 
 class Gemma2MHCForCausalLM(HCForCausalLMMixin, Gemma2ForCausalLM, GenerationMixin):
     config_class = Gemma2MHCConfig
+    family = GEMMA2
     base_class = Gemma2MHCModel
     _no_split_modules = ["Gemma2MHCDecoderLayer"]
 
@@ -1034,6 +1041,7 @@ class Gemma3TextMHCModel(HCModelMixin, Gemma3TextModel):
 
 class Gemma3TextMHCForCausalLM(HCForCausalLMMixin, Gemma3ForCausalLM, GenerationMixin):
     config_class = Gemma3TextMHCConfig
+    family = GEMMA3_TEXT
     base_class = Gemma3TextMHCModel
     _no_split_modules = ["Gemma3TextMHCDecoderLayer"]
 
@@ -1066,6 +1074,7 @@ class GPT2MHCModel(HCModelMixin, GPT2Model):
 
 class GPT2MHCForCausalLM(HCForCausalLMMixin, GPT2LMHeadModel, GenerationMixin):
     config_class = GPT2MHCConfig
+    family = GPT2
     base_class = GPT2MHCModel
     _no_split_modules = ["GPT2MHCDecoderLayer"]
 

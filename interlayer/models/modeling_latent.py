@@ -543,6 +543,7 @@ class LlamaLatentModel(LatentModelMixin, LlamaModel):
 
 class LlamaLatentForCausalLM(LatentForCausalLMMixin, LlamaForCausalLM, GenerationMixin):
     config_class = LlamaLatentConfig
+    family = LLAMA
     base_class = LlamaLatentModel
     _no_split_modules = ["LlamaLatentDecoderLayer", "LatentProjection"]
 
@@ -573,6 +574,7 @@ class Qwen3LatentModel(LatentModelMixin, Qwen3Model):
 
 class Qwen3LatentForCausalLM(LatentForCausalLMMixin, Qwen3ForCausalLM, GenerationMixin):
     config_class = Qwen3LatentConfig
+    family = QWEN3
     base_class = Qwen3LatentModel
     _no_split_modules = ["Qwen3LatentDecoderLayer", "LatentProjection"]
 
@@ -603,6 +605,7 @@ class Qwen2LatentModel(LatentModelMixin, Qwen2Model):
 
 class Qwen2LatentForCausalLM(LatentForCausalLMMixin, Qwen2ForCausalLM, GenerationMixin):
     config_class = Qwen2LatentConfig
+    family = QWEN2
     base_class = Qwen2LatentModel
     _no_split_modules = ["Qwen2LatentDecoderLayer", "LatentProjection"]
 
@@ -633,6 +636,7 @@ class MistralLatentModel(LatentModelMixin, MistralModel):
 
 class MistralLatentForCausalLM(LatentForCausalLMMixin, MistralForCausalLM, GenerationMixin):
     config_class = MistralLatentConfig
+    family = MISTRAL
     base_class = MistralLatentModel
     _no_split_modules = ["MistralLatentDecoderLayer", "LatentProjection"]
 
@@ -665,6 +669,7 @@ class Phi3LatentModel(LatentModelMixin, Phi3Model):
 
 class Phi3LatentForCausalLM(LatentForCausalLMMixin, Phi3ForCausalLM, GenerationMixin):
     config_class = Phi3LatentConfig
+    family = PHI3
     base_class = Phi3LatentModel
     _no_split_modules = ["Phi3LatentDecoderLayer", "LatentProjection"]
 
@@ -695,6 +700,7 @@ class Olmo2LatentModel(LatentModelMixin, Olmo2Model):
 
 class Olmo2LatentForCausalLM(LatentForCausalLMMixin, Olmo2ForCausalLM, GenerationMixin):
     config_class = Olmo2LatentConfig
+    family = OLMO2
     base_class = Olmo2LatentModel
     _no_split_modules = ["Olmo2LatentDecoderLayer", "LatentProjection"]
 
@@ -725,6 +731,7 @@ class Gemma2LatentModel(LatentModelMixin, Gemma2Model):
 
 class Gemma2LatentForCausalLM(LatentForCausalLMMixin, Gemma2ForCausalLM, GenerationMixin):
     config_class = Gemma2LatentConfig
+    family = GEMMA2
     base_class = Gemma2LatentModel
     _no_split_modules = ["Gemma2LatentDecoderLayer", "LatentProjection"]
 
@@ -755,6 +762,7 @@ class Gemma3TextLatentModel(LatentModelMixin, Gemma3TextModel):
 
 class Gemma3TextLatentForCausalLM(LatentForCausalLMMixin, Gemma3ForCausalLM, GenerationMixin):
     config_class = Gemma3TextLatentConfig
+    family = GEMMA3_TEXT
     base_class = Gemma3TextLatentModel
     _no_split_modules = ["Gemma3TextLatentDecoderLayer", "LatentProjection"]
 
@@ -787,6 +795,7 @@ class GPT2LatentModel(LatentModelMixin, GPT2Model):
 
 class GPT2LatentForCausalLM(LatentForCausalLMMixin, GPT2LMHeadModel, GenerationMixin):
     config_class = GPT2LatentConfig
+    family = GPT2
     base_class = GPT2LatentModel
     _no_split_modules = ["GPT2LatentDecoderLayer", "LatentProjection"]
 

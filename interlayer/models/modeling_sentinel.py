@@ -8,9 +8,10 @@ query head h scales that head's attention output before the output projection:
 every gate is exactly 1 at conversion and the model is the stock model. The mechanism's own tensors are named
 `sentinel_*` (gates, head mask) and `unet_*` (skip fusions).
 
-The mechanism is written once against the roles a family's attention plays (`SentinelRoles`: which module carries
-the gates, which projections hold the heads' weights and how); a family is a short declaration of those roles plus
-its attention forward, which calls `SentinelGates.attend` where the stock forward calls the attention function.
+The mechanism is written once against where a family's layer keeps its attention heads (`families.Heads`, declared
+with the family in `families.py`: which module carries the gates, which projections hold the heads' weights and how);
+a family is that declaration plus its attention forward, which calls `SentinelGates.attend` where the stock forward
+calls the attention function.
 
 Reading order: the roles and the weight surgery, the gates, the U-Net skips, each family's attention and layer,
 the pre-trained mixin (statistics, pruning), the models and LM heads.
@@ -73,6 +74,7 @@ from transformers.utils.generic import can_return_tuple
 
 from .configuration_sentinel import BertSentinelConfig, GatedGPT2Config, GPT2SentinelConfig, RobertaSentinelConfig
 from .decoder_common import CausalLMMixin, DecoderStackMixin
+from .families import BERT, GPT2, ROBERTA, DecoderFamily, EncoderFamily, Heads
 from .zoo_common import (
     CACHE_KWARG,
     ZooModelMixin,
@@ -92,22 +94,6 @@ from .configuration_sentinel import LlamaSentinelConfig, Qwen2SentinelConfig, Qw
 from .families import LLAMA, QWEN2, QWEN3
 
 # --- end generated imports ---
-
-
-@dataclass(frozen=True)
-class SentinelRoles:
-    """Where a family's layer keeps what the mechanism acts on, as module paths inside one layer (block).
-
-    Attributes:
-        attention: the module that carries the gates (a `SentinelGates`) and computes the heads' outputs.
-        qkv: the projections whose output features are grouped by head: one fused module whose outputs are
-            `[query heads | key heads | value heads]` (GPT-2's `c_attn`), or the query, key and value modules.
-        out: the output projection, whose input features are grouped by query head.
-    """
-
-    attention: str
-    qkv: tuple[str, ...]
-    out: str
 
 
 def _head_features(heads: torch.Tensor, head_dim: int) -> torch.Tensor:
@@ -525,13 +511,13 @@ class SentinelCausalLMOutput(CausalLMOutputWithPast):
 
 
 class SentinelPreTrainedMixin(ZooModelMixin):
-    """Init, statistics and pruning shared by every sentinel model (put before the stock pre-trained class). A
-    family declares `sentinel_roles` and `sentinel_layer_path` (where the base model keeps its layers)."""
+    """Init, statistics and pruning shared by every sentinel model (put before the stock pre-trained class). A class
+    declares its `family` (`families.py`), which says where the base model keeps its layers and where a layer keeps
+    its attention heads."""
 
     mechanism_name = "Sentinel gates"
     mechanism_param_markers = ("sentinel_", "unet_")
-    sentinel_roles: SentinelRoles
-    sentinel_layer_path: str
+    family: DecoderFamily | EncoderFamily
     # why the family's stock attention cannot take fewer heads of the same size from its config (empty: it can, with
     # the config's `head_dim`)
     stock_head_count_limit: str = ""
@@ -553,8 +539,13 @@ class SentinelPreTrainedMixin(ZooModelMixin):
             init.zeros_(module.bias)
 
     @property
+    def sentinel_roles(self) -> Heads:
+        """Where a layer keeps the gated attention, the projections of its heads and its output projection."""
+        return self.family.heads
+
+    @property
     def sentinel_layers(self) -> list[nn.Module]:
-        return list(self.base_model.get_submodule(self.sentinel_layer_path))
+        return list(self.base_model.get_submodule(self.family.layer_path))
 
     @property
     def gated_attentions(self) -> list[SentinelGates]:
@@ -807,8 +798,7 @@ class SentinelLMHeadMixin:
 
 class GPT2SentinelPreTrainedMixin(SentinelPreTrainedMixin):
     config_class = GPT2SentinelConfig
-    sentinel_roles = SentinelRoles(attention="attn", qkv=("attn.c_attn",), out="attn.c_proj")
-    sentinel_layer_path = "h"
+    family = GPT2
     stock_head_count_limit = "the stock GPT2Attention derives its head size as n_embd / n_head"
     _no_split_modules = ["GPT2SentinelBlock"]
 
@@ -938,11 +928,6 @@ class GPT2SentinelLMHeadModel(SentinelLMHeadMixin, GPT2SentinelPreTrainedMixin, 
 
 
 class DecoderSentinelPreTrainedMixin(SentinelPreTrainedMixin):
-    sentinel_roles = SentinelRoles(
-        attention="self_attn", qkv=("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), out="self_attn.o_proj"
-    )
-    sentinel_layer_path = "layers"
-
     def apply_freeze_base(self) -> None:
         """The sentinel mechanism has no `freeze_base`: the gates train with the model."""
 
@@ -1005,12 +990,6 @@ class DecoderSentinelLMMixin(SentinelLMHeadMixin, DecoderSentinelPreTrainedMixin
 
 
 class EncoderSentinelPreTrainedMixin(SentinelPreTrainedMixin):
-    sentinel_roles = SentinelRoles(
-        attention="attention.self",
-        qkv=("attention.self.query", "attention.self.key", "attention.self.value"),
-        out="attention.output.dense",
-    )
-    sentinel_layer_path = "encoder.layer"
     stock_head_count_limit = "the stock self-attention derives its head size as hidden_size / num_attention_heads"
 
 
@@ -1092,6 +1071,7 @@ class EncoderSentinelForSequenceClassificationMixin(EncoderSentinelPreTrainedMix
 
 class BertSentinelModel(EncoderSentinelModelMixin, BertModel):
     config_class = BertSentinelConfig
+    family = BERT
     embeddings_class = BertEmbeddings
     encoder_class = BertEncoder
     layer_class = BertSentinelLayer
@@ -1101,6 +1081,7 @@ class BertSentinelModel(EncoderSentinelModelMixin, BertModel):
 
 class BertSentinelForSequenceClassification(EncoderSentinelForSequenceClassificationMixin, BertPreTrainedModel):
     config_class = BertSentinelConfig
+    family = BERT
     base_class = BertSentinelModel
     stock_uses_pooler = True
     _no_split_modules = ["BertEmbeddings", "BertSentinelLayer"]
@@ -1116,6 +1097,7 @@ class BertSentinelForSequenceClassification(EncoderSentinelForSequenceClassifica
 
 class RobertaSentinelModel(EncoderSentinelModelMixin, RobertaModel):
     config_class = RobertaSentinelConfig
+    family = ROBERTA
     embeddings_class = RobertaEmbeddings
     encoder_class = RobertaEncoder
     layer_class = RobertaSentinelLayer
@@ -1125,6 +1107,7 @@ class RobertaSentinelModel(EncoderSentinelModelMixin, RobertaModel):
 
 class RobertaSentinelForSequenceClassification(EncoderSentinelForSequenceClassificationMixin, RobertaPreTrainedModel):
     config_class = RobertaSentinelConfig
+    family = ROBERTA
     base_class = RobertaSentinelModel
     stock_uses_pooler = False
     _no_split_modules = ["RobertaEmbeddings", "RobertaSentinelLayer"]
@@ -1166,7 +1149,6 @@ __all__ = [
     "SentinelCausalLMOutput",
     "SentinelSequenceClassifierOutput",
     "SentinelGates",
-    "SentinelRoles",
 ]
 
 
@@ -1198,6 +1180,7 @@ class LlamaSentinelModel(DecoderSentinelModelMixin, LlamaModel):
 
 class LlamaSentinelForCausalLM(DecoderSentinelLMMixin, LlamaForCausalLM, GenerationMixin):
     config_class = LlamaSentinelConfig
+    family = LLAMA
     base_class = LlamaSentinelModel
     _no_split_modules = ["LlamaSentinelDecoderLayer"]
 
@@ -1236,6 +1219,7 @@ class Qwen2SentinelModel(DecoderSentinelModelMixin, Qwen2Model):
 
 class Qwen2SentinelForCausalLM(DecoderSentinelLMMixin, Qwen2ForCausalLM, GenerationMixin):
     config_class = Qwen2SentinelConfig
+    family = QWEN2
     base_class = Qwen2SentinelModel
     _no_split_modules = ["Qwen2SentinelDecoderLayer"]
 
@@ -1274,6 +1258,7 @@ class Qwen3SentinelModel(DecoderSentinelModelMixin, Qwen3Model):
 
 class Qwen3SentinelForCausalLM(DecoderSentinelLMMixin, Qwen3ForCausalLM, GenerationMixin):
     config_class = Qwen3SentinelConfig
+    family = QWEN3
     base_class = Qwen3SentinelModel
     _no_split_modules = ["Qwen3SentinelDecoderLayer"]
 
