@@ -1,7 +1,8 @@
-"""Every family of `families.py` names modules its stock model has: the layers where it says, of the stock layer
-class, and in each layer the attention, the query/key/value and output projections its heads are laid out in, the
-head count and size it reads, and a pre-norm encoder's attention norm. The sentinel and the bridges read their roles
-from these declarations (each mechanism's conformance suite runs them on every family)."""
+"""Every family of `families.py` names modules its stock model has: an encoder's stock embeddings, encoder and
+pooler classes, the layers where it says, of the stock layer class, and in each layer the attention, the
+query/key/value and output projections its heads are laid out in, the head count and size it reads, and a pre-norm
+encoder's attention norm. The sentinel and the bridges read their roles from these declarations (each mechanism's
+conformance suite runs them on every family)."""
 
 import pytest
 from bridge_fixtures import tiny_stock_config
@@ -30,6 +31,10 @@ def _features(module, side: str) -> int:
 def test_the_family_names_its_stock_modules(family):
     model = _stock_base_model(family)
     config, heads = model.config, family.heads
+    if isinstance(family, EncoderFamily):
+        assert type(model.embeddings) is family.embeddings
+        assert family.encoder is None or type(model.encoder) is family.encoder
+        assert type(getattr(model, "pooler", None)) is (family.pooler or type(None))
     layers = model.get_submodule(family.layer_path)
     assert len(layers) == config.num_hidden_layers
     for layer in layers:

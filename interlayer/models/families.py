@@ -293,14 +293,17 @@ GPT2 = DecoderFamily(
 
 @dataclasses.dataclass(frozen=True)
 class EncoderFamily:
-    """A stock encoder family, declared by the roles its layer plays.
+    """A stock encoder family, declared by the roles its pieces play.
 
     Attributes:
         model_type: the stock `model_type` (`"bert"`).
         name: the family's part of the zoo's class names (`"Bert"`: `BertBridgeModel`, `BertSentinelModel`, ...).
         layer: the stock encoder layer class.
-        layer_path: where the base model keeps its layers (`encoder.layer`; ModernBERT's `layers`).
         heads: where a layer keeps its attention heads (`Heads`).
+        embeddings: the stock embeddings class (`embeddings`).
+        encoder: the stock encoder class holding the layers (`encoder`), None when the base model holds them.
+        pooler: the stock pooler class (`pooler`), None when the stock base model has none.
+        layer_path: where the base model keeps its layers (`encoder.layer`; ModernBERT's `layers`).
         attention_norm: in a pre-norm layer, the norm its attention reads its input through (ModernBERT's
             `attn_norm`); None in a post-norm layer (BERT's), whose attention reads the layer's input itself.
     """
@@ -309,6 +312,9 @@ class EncoderFamily:
     name: str
     layer: type
     heads: Heads
+    embeddings: type
+    encoder: type | None = None
+    pooler: type | None = None
     layer_path: str = "encoder.layer"
     attention_norm: str | None = None
 
@@ -318,11 +324,32 @@ class EncoderFamily:
 BERT_HEADS = attention_heads(
     "attention.self", "query", "key", "value", "attention.output.dense", "num_attention_heads", "attention_head_size"
 )
-BERT = EncoderFamily("bert", "Bert", bert.BertLayer, BERT_HEADS)
-ROBERTA = EncoderFamily("roberta", "Roberta", roberta.RobertaLayer, BERT_HEADS)
-XLM_ROBERTA = EncoderFamily("xlm-roberta", "XLMRoberta", xlm_roberta.XLMRobertaLayer, BERT_HEADS)
-ELECTRA = EncoderFamily("electra", "Electra", electra.ElectraLayer, BERT_HEADS)
-# DeBERTa-v2/v3: the same layout with disentangled attention's `query_proj/key_proj/value_proj`
+BERT = EncoderFamily(
+    "bert", "Bert", bert.BertLayer, BERT_HEADS, bert.BertEmbeddings, encoder=bert.BertEncoder, pooler=bert.BertPooler
+)
+ROBERTA = EncoderFamily(
+    "roberta",
+    "Roberta",
+    roberta.RobertaLayer,
+    BERT_HEADS,
+    roberta.RobertaEmbeddings,
+    encoder=roberta.RobertaEncoder,
+    pooler=roberta.RobertaPooler,
+)
+XLM_ROBERTA = EncoderFamily(
+    "xlm-roberta",
+    "XLMRoberta",
+    xlm_roberta.XLMRobertaLayer,
+    BERT_HEADS,
+    xlm_roberta.XLMRobertaEmbeddings,
+    encoder=xlm_roberta.XLMRobertaEncoder,
+    pooler=xlm_roberta.XLMRobertaPooler,
+)
+# ELECTRA: no pooler (and a projection of smaller embeddings, which the base model adds)
+ELECTRA = EncoderFamily(
+    "electra", "Electra", electra.ElectraLayer, BERT_HEADS, electra.ElectraEmbeddings, encoder=electra.ElectraEncoder
+)
+# DeBERTa-v2/v3: the same layout with disentangled attention's `query_proj/key_proj/value_proj`; no pooler
 DEBERTA_V2 = EncoderFamily(
     "deberta-v2",
     "DebertaV2",
@@ -336,13 +363,17 @@ DEBERTA_V2 = EncoderFamily(
         "num_attention_heads",
         "attention_head_size",
     ),
+    deberta_v2.DebertaV2Embeddings,
+    encoder=deberta_v2.DebertaV2Encoder,
 )
-# ModernBERT: pre-norm layers `attn_norm -> attn`, `mlp_norm -> mlp` (no encoder module: `layers.N`), one fused `Wqkv`
+# ModernBERT: pre-norm layers `attn_norm -> attn`, `mlp_norm -> mlp` (no encoder module: `layers.N`), one fused `Wqkv`;
+# no pooler
 MODERNBERT = EncoderFamily(
     "modernbert",
     "ModernBert",
     modernbert.ModernBertEncoderLayer,
     Heads("attn", ("attn.Wqkv",), "attn.Wo", "config.num_attention_heads", "head_dim"),
+    modernbert.ModernBertEmbeddings,
     layer_path="layers",
     attention_norm="attn_norm",
 )

@@ -39,15 +39,12 @@ from transformers.loss.loss_utils import ForSequenceClassificationLoss
 from transformers.masking_utils import create_bidirectional_mask, create_bidirectional_sliding_window_mask
 from transformers.modeling_outputs import ModelOutput
 from transformers.models.bert.modeling_bert import (
-    BertEmbeddings,
     BertLayer,
     BertModel,
-    BertPooler,
     BertPreTrainedModel,
 )
 from transformers.models.deberta_v2.modeling_deberta_v2 import (
     ContextPooler,
-    DebertaV2Embeddings,
     DebertaV2Encoder,
     DebertaV2Layer,
     DebertaV2Model,
@@ -55,13 +52,11 @@ from transformers.models.deberta_v2.modeling_deberta_v2 import (
 )
 from transformers.models.electra.modeling_electra import (
     ElectraClassificationHead,
-    ElectraEmbeddings,
     ElectraLayer,
     ElectraModel,
     ElectraPreTrainedModel,
 )
 from transformers.models.modernbert.modeling_modernbert import (
-    ModernBertEmbeddings,
     ModernBertEncoderLayer,
     ModernBertModel,
     ModernBertPredictionHead,
@@ -70,18 +65,14 @@ from transformers.models.modernbert.modeling_modernbert import (
 )
 from transformers.models.roberta.modeling_roberta import (
     RobertaClassificationHead,
-    RobertaEmbeddings,
     RobertaLayer,
     RobertaModel,
-    RobertaPooler,
     RobertaPreTrainedModel,
 )
 from transformers.models.xlm_roberta.modeling_xlm_roberta import (
     XLMRobertaClassificationHead,
-    XLMRobertaEmbeddings,
     XLMRobertaLayer,
     XLMRobertaModel,
-    XLMRobertaPooler,
     XLMRobertaPreTrainedModel,
 )
 from transformers.pytorch_utils import apply_chunking_to_forward
@@ -797,13 +788,12 @@ class BridgePreTrainedMixin(ZooModelMixin):
 class BridgeModelMixin(BridgePreTrainedMixin):
     """The bridged base model: the family's stock embeddings, its layers with the bridge, its stock pooler if any.
 
-    A family declares `embeddings_class`, `layer_class`, `encoder_class` and `pooler_class` (None when the stock base
-    model has no pooler), and overrides `embed` or `encode` where its stock base model differs from BERT's."""
+    A family declares its `family` (`families.EncoderFamily`: the stock embeddings and pooler), `layer_class` and
+    `encoder_class`, and overrides `embed` or `encode` where its stock base model differs from BERT's."""
 
-    embeddings_class: type[nn.Module]
+    family: EncoderFamily
     layer_class: type[nn.Module]
     encoder_class: type[nn.Module] = BridgeEncoder
-    pooler_class: type[nn.Module] | None = None
 
     def __init__(self, config, add_pooling_layer: bool = True):
         PreTrainedModel.__init__(self, config)
@@ -814,10 +804,10 @@ class BridgeModelMixin(BridgePreTrainedMixin):
 
     def build_modules(self, config, add_pooling_layer):
         """The stock modules, with their stock names (BERT's layout: `embeddings`, `encoder.layer.N`, `pooler`)."""
-        self.embeddings = self.embeddings_class(config)
+        self.embeddings = self.family.embeddings(config)
         self.encoder = self.encoder_class(config, self.layer_class)
-        if self.pooler_class is not None:
-            self.pooler = self.pooler_class(config) if add_pooling_layer else None
+        if self.family.pooler is not None:
+            self.pooler = self.family.pooler(config) if add_pooling_layer else None
 
     def embed(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds):
         return self.embeddings(
@@ -1054,25 +1044,22 @@ class BridgeForTokenClassificationMixin(BridgeTaskMixin):
 
 class BertBridgeModel(BridgeModelMixin, BertModel):
     config_class = BertBridgeConfig
-    embeddings_class = BertEmbeddings
+    family = BERT
     layer_class = BertBridgeLayer
-    pooler_class = BertPooler
     _no_split_modules = ["BertEmbeddings", "BertBridgeLayer"]
 
 
 class RobertaBridgeModel(BridgeModelMixin, RobertaModel):
     config_class = RobertaBridgeConfig
-    embeddings_class = RobertaEmbeddings
+    family = ROBERTA
     layer_class = RobertaBridgeLayer
-    pooler_class = RobertaPooler
     _no_split_modules = ["RobertaEmbeddings", "RobertaBridgeLayer"]
 
 
 class XLMRobertaBridgeModel(BridgeModelMixin, XLMRobertaModel):
     config_class = XLMRobertaBridgeConfig
-    embeddings_class = XLMRobertaEmbeddings
+    family = XLM_ROBERTA
     layer_class = XLMRobertaBridgeLayer
-    pooler_class = XLMRobertaPooler
     _no_split_modules = ["XLMRobertaEmbeddings", "XLMRobertaBridgeLayer"]
 
 
@@ -1080,7 +1067,7 @@ class ElectraBridgeModel(BridgeModelMixin, ElectraModel):
     """ELECTRA: no pooler; `embeddings_project` maps `embedding_size` to `hidden_size` when they differ."""
 
     config_class = ElectraBridgeConfig
-    embeddings_class = ElectraEmbeddings
+    family = ELECTRA
     layer_class = ElectraBridgeLayer
     _no_split_modules = ["ElectraEmbeddings", "ElectraBridgeLayer"]
 
@@ -1099,7 +1086,7 @@ class DebertaV2BridgeModel(BridgeModelMixin, DebertaV2Model):
     """DeBERTa-v2/v3: no pooler; the embeddings zero padded positions, the encoder builds the relative positions."""
 
     config_class = DebertaV2BridgeConfig
-    embeddings_class = DebertaV2Embeddings
+    family = DEBERTA_V2
     layer_class = DebertaV2BridgeLayer
     encoder_class = DebertaV2BridgeEncoder
     _no_split_modules = ["DebertaV2Embeddings", "DebertaV2BridgeLayer"]
@@ -1127,12 +1114,12 @@ class ModernBertBridgeModel(BridgeStackMixin, BridgeModelMixin, ModernBertModel)
     full and sliding-window attention with rotary positions, and a final norm. No pooler."""
 
     config_class = ModernBertBridgeConfig
-    embeddings_class = ModernBertEmbeddings
+    family = MODERNBERT
     layer_class = ModernBertBridgeLayer
     _no_split_modules = ["ModernBertEmbeddings", "ModernBertBridgeLayer"]
 
     def build_modules(self, config, add_pooling_layer):
-        self.embeddings = self.embeddings_class(config)
+        self.embeddings = self.family.embeddings(config)
         self.layers = nn.ModuleList([self.layer_class(config, layer_idx=i) for i in range(config.num_hidden_layers)])
         self.final_norm = nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias)
         self.rotary_emb = ModernBertRotaryEmbedding(config=config)

@@ -39,11 +39,8 @@ from transformers.masking_utils import create_causal_mask
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast, ModelOutput
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.bert.modeling_bert import (
-    BertEmbeddings,
-    BertEncoder,
     BertLayer,
     BertModel,
-    BertPooler,
     BertPreTrainedModel,
     BertSelfAttention,
 )
@@ -61,11 +58,8 @@ from transformers.models.llama.modeling_llama import (
 from transformers.models.llama.modeling_llama import eager_attention_forward as llama_eager_attention_forward
 from transformers.models.roberta.modeling_roberta import (
     RobertaClassificationHead,
-    RobertaEmbeddings,
-    RobertaEncoder,
     RobertaLayer,
     RobertaModel,
-    RobertaPooler,
     RobertaPreTrainedModel,
     RobertaSelfAttention,
 )
@@ -994,24 +988,21 @@ class EncoderSentinelPreTrainedMixin(SentinelPreTrainedMixin):
 
 
 class EncoderSentinelModelMixin(EncoderSentinelPreTrainedMixin):
-    """A BERT-family encoder with sentinel-gated self-attention: stock embeddings, encoder (its layers gated) and
-    pooler, and the stock forward."""
+    """A BERT-family encoder with sentinel-gated self-attention: the family's stock embeddings, encoder (its layers
+    gated) and pooler, and the stock forward."""
 
-    embeddings_class: type
-    encoder_class: type
     layer_class: type
-    pooler_class: type
 
     def __init__(self, config, add_pooling_layer: bool = True):
         PreTrainedModel.__init__(self, config)
         self.config = config
         self.gradient_checkpointing = False
-        self.embeddings = self.embeddings_class(config)
-        self.encoder = self.encoder_class(config)
+        self.embeddings = self.family.embeddings(config)
+        self.encoder = self.family.encoder(config)
         self.encoder.layer = nn.ModuleList(
             [self.layer_class(config, layer_idx=i) for i in range(config.num_hidden_layers)]
         )
-        self.pooler = self.pooler_class(config) if add_pooling_layer else None
+        self.pooler = self.family.pooler(config) if add_pooling_layer else None
         self.post_init()
 
 
@@ -1072,10 +1063,7 @@ class EncoderSentinelForSequenceClassificationMixin(EncoderSentinelPreTrainedMix
 class BertSentinelModel(EncoderSentinelModelMixin, BertModel):
     config_class = BertSentinelConfig
     family = BERT
-    embeddings_class = BertEmbeddings
-    encoder_class = BertEncoder
     layer_class = BertSentinelLayer
-    pooler_class = BertPooler
     _no_split_modules = ["BertEmbeddings", "BertSentinelLayer"]
 
 
@@ -1098,10 +1086,7 @@ class BertSentinelForSequenceClassification(EncoderSentinelForSequenceClassifica
 class RobertaSentinelModel(EncoderSentinelModelMixin, RobertaModel):
     config_class = RobertaSentinelConfig
     family = ROBERTA
-    embeddings_class = RobertaEmbeddings
-    encoder_class = RobertaEncoder
     layer_class = RobertaSentinelLayer
-    pooler_class = RobertaPooler
     _no_split_modules = ["RobertaEmbeddings", "RobertaSentinelLayer"]
 
 
