@@ -66,6 +66,21 @@ class DecoderLayerRolesMixin:
         return self.family.mlp_branch(self, x)
 
 
+def build_stack(model: nn.Module, family: DecoderFamily, config, layer_class: type) -> None:
+    """Give `model` the stock stack of `family` under the stock attribute names: the embedding (and GPT-2's position
+    embedding and embedding dropout), `layer_class` layers, the final norm and the rotary embedding."""
+    names = family.names
+    setattr(model, names.embed, family.embedding(config, config.pad_token_id))
+    if names.positions is not None:
+        setattr(model, names.positions, nn.Embedding(config.max_position_embeddings, config.hidden_size))
+        setattr(model, names.dropout, nn.Dropout(config.embd_pdrop))
+    layers = [layer_class(config, layer_idx) for layer_idx in range(config.num_hidden_layers)]
+    setattr(model, names.layers, nn.ModuleList(layers))
+    setattr(model, names.norm, family.final_norm(config))
+    if family.rotary is not None:
+        model.rotary_emb = family.rotary(config=config)
+
+
 class DecoderStackMixin(FreezeBaseMixin):
     """The stock decoder stack of `family` (embeddings, `decoder_layer_class` layers, final norm, rotary embedding)
     with the stock attribute names, so stock checkpoints load with no weight missing."""
@@ -74,20 +89,11 @@ class DecoderStackMixin(FreezeBaseMixin):
     decoder_layer_class: type
 
     def __init__(self, config):
-        family, names = self.family, self.family.names
-        family.check(config)
+        self.family.check(config)
         PreTrainedModel.__init__(self, config)
         self.padding_idx = config.pad_token_id
         self.vocab_size = config.vocab_size
-        setattr(self, names.embed, family.embedding(config, self.padding_idx))
-        if names.positions is not None:
-            setattr(self, names.positions, nn.Embedding(config.max_position_embeddings, config.hidden_size))
-            setattr(self, names.dropout, nn.Dropout(config.embd_pdrop))
-        layers = [self.decoder_layer_class(config, layer_idx) for layer_idx in range(config.num_hidden_layers)]
-        setattr(self, names.layers, nn.ModuleList(layers))
-        setattr(self, names.norm, family.final_norm(config))
-        if family.rotary is not None:
-            self.rotary_emb = family.rotary(config=config)
+        build_stack(self, self.family, config, self.decoder_layer_class)
         self.gradient_checkpointing = False
         self.build_mechanism(config)
         self.post_init()

@@ -67,7 +67,7 @@ from transformers.pytorch_utils import Conv1D
 from transformers.utils.generic import can_return_tuple
 
 from .configuration_sentinel import BertSentinelConfig, GatedGPT2Config, GPT2SentinelConfig, RobertaSentinelConfig
-from .decoder_common import CausalLMMixin, DecoderStackMixin
+from .decoder_common import CausalLMMixin, DecoderStackMixin, build_stack
 from .families import BERT, GPT2, ROBERTA, DecoderFamily, EncoderFamily, Heads
 from .zoo_common import (
     CACHE_KWARG,
@@ -798,16 +798,13 @@ class GPT2SentinelPreTrainedMixin(SentinelPreTrainedMixin):
 
 
 class GPT2SentinelModel(GPT2SentinelPreTrainedMixin, GPT2Model):
-    """GPT-2 with sentinel-gated attention and optional U-Net skips. Stock embeddings, blocks, final norm."""
+    """GPT-2 with sentinel-gated attention and optional U-Net skips: the stock stack of the `GPT2` family (embeddings,
+    blocks, final norm), its own forward (which takes `token_type_ids`, as stock GPT-2 does)."""
 
     def __init__(self, config: GPT2SentinelConfig):
         PreTrainedModel.__init__(self, config)
         self.embed_dim = config.hidden_size
-        self.wte = nn.Embedding(config.vocab_size, self.embed_dim)
-        self.wpe = nn.Embedding(config.max_position_embeddings, self.embed_dim)
-        self.drop = nn.Dropout(config.embd_pdrop)
-        self.h = nn.ModuleList([GPT2SentinelBlock(config, layer_idx=i) for i in range(config.num_hidden_layers)])
-        self.ln_f = nn.LayerNorm(self.embed_dim, eps=config.layer_norm_epsilon)
+        build_stack(self, self.family, config, GPT2SentinelBlock)
         self.gradient_checkpointing = False
         self.post_init()
 
