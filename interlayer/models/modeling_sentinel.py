@@ -13,8 +13,9 @@ with the family in `families.py`: which module carries the gates, which projecti
 a family is that declaration plus its attention forward, which calls `SentinelGates.attend` where the stock forward
 calls the attention function.
 
-Reading order: the roles and the weight surgery, the gates, the U-Net skips, each family's attention and layer,
-the pre-trained mixin (statistics, pruning), the models and LM heads.
+Reading order: the weight surgery, the gates, the U-Net skips, each family's attention and layer, the pre-trained
+mixin (statistics, pruning), the models and LM heads; at the end, the classes of the Llama-family decoders, which
+`generate_classes.py` writes from their family declarations.
 """
 
 from __future__ import annotations
