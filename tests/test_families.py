@@ -42,7 +42,7 @@ def test_the_family_names_its_stock_modules(family):
         attention = layer.get_submodule(heads.attention)
         count, size = heads.count_of(attention), heads.size_of(attention)
         assert count == config.num_attention_heads
-        kv = getattr(config, "num_key_value_heads", None) or count
+        kv = count // getattr(attention, "num_key_value_groups", 1)  # grouped-query attention's key/value heads
         widths = [_features(layer.get_submodule(path), "out") for path in heads.qkv]
         assert widths == ([(count + 2 * kv) * size] if len(widths) == 1 else [count * size, kv * size, kv * size])
         assert _features(layer.get_submodule(heads.out), "in") == count * size
