@@ -97,6 +97,26 @@ def test_a_new_decoder_family_is_one_declaration(monkeypatch):
         compile(generate_classes.rendered(path), str(path), "exec")
 
 
+def test_a_new_seq2seq_family_is_one_declaration(monkeypatch):
+    """A `Seq2SeqFamily` declared in `families.py` gets the attention bridge's encoder, decoder, base model and LM
+    (registration and exports included) from the generator, as valid Python; an LM that owns its encoder and decoder
+    (T5's) builds them itself instead of wrapping a base model."""
+    monkeypatch.setattr(
+        families, "NEWSEQ", dataclasses.replace(families.BART, model_type="newseq", name="NewSeq"), raising=False
+    )
+    path = PACKAGE / "models" / "modeling_attention_bridge.py"
+    block = generate_classes.blocks()[path]
+    assert "class NewSeqAttentionBridgeEncoder(AttentionBridgeEncoderMixin, BartEncoder):" in block["classes"]
+    assert "class NewSeqAttentionBridgeDecoder(AttentionBridgeDecoderMixin, BartDecoder):" in block["classes"]
+    assert "class NewSeqAttentionBridgeModel(AttentionBridgeSeq2SeqMixin, BartModel):" in block["classes"]
+    assert "    base_class = NewSeqAttentionBridgeModel\n" in block["classes"]
+    assert "AutoModelForSeq2SeqLM=NewSeqAttentionBridgeForConditionalGeneration" in block["classes"]
+    assert "NEWSEQ" in block["imports"] and "NewSeqAttentionBridgeConfig" in block["imports"]
+    t5_lm = block["classes"].split("class T5AttentionBridgeForConditionalGeneration(")[1].split("\n\n\n")[0]
+    assert "AttentionBridgeSeq2SeqMixin" in t5_lm and "base_class" not in t5_lm
+    compile(generate_classes.rendered(path), str(path), "exec")
+
+
 # the model files' layers, lowest first: a file imports only files of lower layers (so no cycle), and only from this
 # folder (no parent-relative import: `save_pretrained` ships the folder's files the model files import as remote code)
 LAYERS = [

@@ -1,6 +1,7 @@
 """Writes the classes of the decoder mechanisms on every family they convert, as `class` statements, into the
 configuration and modeling files and into `interlayer/__init__.py`, from the family declarations (`families.py`) and
-each mechanism's spec below (`MECHANISMS`):
+each mechanism's spec below (`MECHANISMS`); and the attention bridge's classes on every encoder-decoder family
+(`Seq2SeqFamily`) into `modeling_attention_bridge.py`:
 
     python -m interlayer.models.generate_classes        # names every generated block that is out of date
     python -m interlayer.models.generate_classes --fix  # rewrites them
@@ -25,7 +26,7 @@ import sys
 import textwrap
 
 from . import families
-from .families import LLAMA, QWEN2, QWEN3, DecoderFamily
+from .families import LLAMA, QWEN2, QWEN3, DecoderFamily, Seq2SeqFamily
 
 LINE = 120
 MODELS = pathlib.Path(__file__).parent
@@ -131,7 +132,12 @@ def every_decoder_family() -> list[DecoderFamily]:
     return [value for value in vars(families).values() if isinstance(value, DecoderFamily)]
 
 
-def family_constant(family: DecoderFamily) -> str:
+def every_seq2seq_family() -> list[Seq2SeqFamily]:
+    """The encoder-decoder families of `families.py`, in the order they are declared there."""
+    return [value for value in vars(families).values() if isinstance(value, Seq2SeqFamily)]
+
+
+def family_constant(family) -> str:
     """The name `families.py` declares `family` under (`QWEN3`)."""
     return next(name for name, value in vars(families).items() if value is family)
 
@@ -172,7 +178,11 @@ def class_statement(name: str, bases: list[str], body: list[str], decorator: str
 
 
 def docstring(text: str) -> list[str]:
-    return textwrap.wrap(f'r"""{text}"""', width=LINE - 4, break_long_words=False, break_on_hyphens=False)
+    """`text` as a docstring wrapped at the line length, never inside a `code span`."""
+    spans = text.split("`")
+    text = "`".join(part.replace(" ", "\0") if i % 2 else part for i, part in enumerate(spans))
+    lines = textwrap.wrap(f'r"""{text}"""', width=LINE - 4, break_long_words=False, break_on_hyphens=False)
+    return [line.replace("\0", " ") for line in lines]
 
 
 def init(signature: str) -> list[str]:
@@ -286,6 +296,61 @@ def modeling_classes(mechanism: Mechanism) -> str:
     return f"# each class has an `__init__` of its own: generate_classes.py says why\n{classes}\n\n{exports}"
 
 
+ATTENTION_BRIDGE = "modeling_attention_bridge"
+
+
+def attention_bridge_imports() -> str:
+    """The stock classes of every seq2seq family, their configs and declarations, for the attention bridge's file."""
+    stock: dict[str, list[str]] = {}
+    for family in every_seq2seq_family():
+        for cls in (family.encoder, family.decoder, family.model, family.lm):
+            module, name = qualified(cls)
+            stock.setdefault(module, []).append(name)
+    lines = [from_import(module, names) for module, names in sorted(stock.items())]
+    configs = [f"{family.name}AttentionBridgeConfig" for family in every_seq2seq_family()]
+    constants = [family_constant(family) for family in every_seq2seq_family()]
+    local = from_import(".configuration_attention_bridge", configs) + from_import(".families", constants)
+    return "".join(lines) + "\n" + local + "\n"
+
+
+def attention_bridge_classes() -> str:
+    """The attention bridge on each seq2seq family: its encoder (role 1, the encoder output), decoder (roles 2 and 3,
+    the memory and the language's decoder), the class that owns them and the LM, as the mixins of the file put
+    before the family's stock classes. No `__init__` of their own: the mixins add modules (which partition their own
+    parameters under zero.Init), no parameter of the composed module."""
+    out, names = [], []
+    for family in every_seq2seq_family():
+        constant, prefix = family_constant(family), f"{family.name}AttentionBridge"
+        config, encoder, decoder = f"{prefix}Config", f"{prefix}Encoder", f"{prefix}Decoder"
+        model, lm = f"{prefix}Model", f"{prefix}ForConditionalGeneration"
+        family_line = f"family = {constant}"
+        out.append(class_statement(encoder, ["AttentionBridgeEncoderMixin", family.encoder.__name__], [family_line]))
+        out.append(class_statement(decoder, ["AttentionBridgeDecoderMixin", family.decoder.__name__], [family_line]))
+        parts = [f"encoder_class = {encoder}", f"decoder_class = {decoder}"]
+        no_split = []
+        if family.no_split_modules:
+            no_split = [bracketed("_no_split_modules = [", [f'"{n}"' for n in family.no_split_modules], "]").rstrip()]
+        model_body = [f"config_class = {config}", family_line, *parts, *no_split]
+        out.append(class_statement(model, ["AttentionBridgeSeq2SeqMixin", family.model.__name__], model_body))
+        owns = " (the LM owns its encoder and decoder: no base model inside)" if family.lm_owns_stack else ""
+        note = f" {family.note}" if family.note else ""
+        text = f"{family.title} with an attention bridge{owns}; `generate(..., tgt_lang=...)` picks the decoder.{note}"
+        lm_body = [*docstring(text), "", f"config_class = {config}", family_line]
+        lm_bases = ["AttentionBridgeLMMixin", family.lm.__name__, "GenerationMixin"]
+        if family.lm_owns_stack:
+            lm_bases.insert(1, "AttentionBridgeSeq2SeqMixin")
+            lm_body += parts
+        else:
+            lm_body.append(f"base_class = {model}")
+        lm_body += no_split
+        out.append(class_statement(lm, lm_bases, lm_body))
+        register = [config, f"AutoModel={model}", f"AutoModelForSeq2SeqLM={lm}"]
+        out.append("\n\n" + bracketed("register_for_auto_classes(", register, ")"))
+        names += [model, lm]
+    exports = bracketed("__all__ += [", [f'"{n}"' for n in sorted(names)], "]")
+    return "".join(out).lstrip("\n") + "\n\n" + exports
+
+
 def package_imports() -> str:
     lines = []
     for mechanism in sorted(MECHANISMS, key=lambda m: (m.configuration, m.modeling)):
@@ -317,6 +382,10 @@ def blocks() -> dict[pathlib.Path, dict[str, str]]:
             "imports": modeling_imports(mechanism),
             "classes": modeling_classes(mechanism),
         }
+    out[MODELS / f"{ATTENTION_BRIDGE}.py"] = {
+        "imports": attention_bridge_imports(),
+        "classes": attention_bridge_classes(),
+    }
     return out
 
 

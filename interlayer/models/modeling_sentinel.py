@@ -58,7 +58,6 @@ from transformers.models.llama.modeling_llama import (
 )
 from transformers.models.llama.modeling_llama import eager_attention_forward as llama_eager_attention_forward
 from transformers.models.roberta.modeling_roberta import (
-    RobertaClassificationHead,
     RobertaLayer,
     RobertaModel,
     RobertaPreTrainedModel,
@@ -1005,21 +1004,22 @@ class EncoderSentinelModelMixin(EncoderSentinelPreTrainedMixin):
 
 
 class EncoderSentinelForSequenceClassificationMixin(EncoderSentinelPreTrainedMixin):
-    """Sequence classification on a sentinel encoder with the family's stock head; the loss adds the gates' L1
-    pressure."""
+    """Sequence classification on a sentinel encoder with the family's stock head (`family.sequence_head`); the loss
+    adds the gates' L1 pressure."""
 
     pipeline_tag = "text-classification"
     # the loss is a batch mean that ignores `num_items_in_batch`: the Trainer divides it for gradient accumulation
     accepts_loss_kwargs = False
+    family: EncoderFamily
     base_class: type
-    stock_uses_pooler: bool
 
     def __init__(self, config):
         PreTrainedModel.__init__(self, config)
         self.num_labels = config.num_labels
         self.config = config
-        setattr(self, self.base_model_prefix, self.base_class(config, add_pooling_layer=self.stock_uses_pooler))
-        self.build_stock_head(config)
+        head = self.family.sequence_head
+        setattr(self, self.base_model_prefix, self.base_class(config, add_pooling_layer=head.uses_pooler))
+        head.build(self, config)
         self.post_init()
 
     @can_return_tuple
@@ -1042,7 +1042,7 @@ class EncoderSentinelForSequenceClassificationMixin(EncoderSentinelPreTrainedMix
             return_dict=True,
             **kwargs,
         )
-        logits = self.stock_logits(outputs)
+        logits = self.family.sequence_head.logits(self, outputs, attention_mask)
         loss = task_loss = l1 = None
         if labels is not None:
             task_loss = ForSequenceClassificationLoss(labels, logits, self.config)
@@ -1069,16 +1069,7 @@ class BertSentinelForSequenceClassification(EncoderSentinelForSequenceClassifica
     config_class = BertSentinelConfig
     family = BERT
     base_class = BertSentinelModel
-    stock_uses_pooler = True
     _no_split_modules = ["BertEmbeddings", "BertSentinelLayer"]
-
-    def build_stock_head(self, config):
-        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
-        self.dropout = nn.Dropout(dropout)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
-
-    def stock_logits(self, outputs):
-        return self.classifier(self.dropout(outputs.pooler_output))
 
 
 class RobertaSentinelModel(EncoderSentinelModelMixin, RobertaModel):
@@ -1092,14 +1083,7 @@ class RobertaSentinelForSequenceClassification(EncoderSentinelForSequenceClassif
     config_class = RobertaSentinelConfig
     family = ROBERTA
     base_class = RobertaSentinelModel
-    stock_uses_pooler = False
     _no_split_modules = ["RobertaEmbeddings", "RobertaSentinelLayer"]
-
-    def build_stock_head(self, config):
-        self.classifier = RobertaClassificationHead(config)
-
-    def stock_logits(self, outputs):
-        return self.classifier(outputs.last_hidden_state)
 
 
 register_for_auto_classes(GPT2SentinelConfig, AutoModel=GPT2SentinelModel, AutoModelForCausalLM=GPT2SentinelLMHeadModel)
