@@ -12,6 +12,10 @@ a family are `class` statements that `python -m interlayer.models.generate_class
 declarations into the configuration and modeling files, so a new decoder family is one declaration here (and a run of
 the generator).
 
+An encoder family (`EncoderFamily`) is declared by its stock layer, embeddings, encoder and pooler, where its layer's
+attention sublayer ends (`Sublayers`: what enters the FFN sublayer, and the rest; the bridges inject there) and its
+stock sequence- and token-classification heads (`TaskHead`), which the bridges and the sentinel both build.
+
 An encoder-decoder family (`Seq2SeqFamily`) is declared by its stock encoder (whose output is the memory), decoder
 (whose cross-attention reads it), base model and LM; the attention bridge's classes on it are generated the same way.
 
