@@ -1296,7 +1296,7 @@ class ConformanceSuite:
         """`from_pretrained` under DeepSpeed ZeRO-3 builds the model in `deepspeed.zero.Init`, which partitions a
         module's parameters when the outermost `__init__` that an `nn.Module` class defines in its own `__dict__`
         returns: a parameter a mixin adds after the stock `__init__` (gates, read-outs) would stay whole on every rank
-        unless the composed class has an `__init__` of its own (`decoder_common.composed_class`). Checked by doing
+        unless the composed class has an `__init__` of its own (`generate_classes.py`). Checked by doing
         DeepSpeed's wrapping without DeepSpeed; tests/test_deepspeed.py loads three classes under the real one."""
         folder, _ = self._stock(tmp_path)
         config = self._zoo(folder, **self.case.active_options).config

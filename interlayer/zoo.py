@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import os
 import re
-import sys
 from dataclasses import dataclass
 
 import transformers
@@ -100,19 +99,6 @@ def _registered_entries() -> tuple[ZooEntry, ...]:
 ZOO: tuple[ZooEntry, ...] = _registered_entries()
 TASKS = sorted({e.task for e in ZOO})
 MECHANISMS = list(MECHANISM_MODULES)
-
-
-def exported_names() -> dict[str, type]:
-    """Every name under which a mechanism's modeling or configuration file holds one of the zoo's model or config
-    classes (the names `import interlayer` exports: the classes' own, and older names kept for them)."""
-    registered = {cls for e in ZOO for cls in (e.model_class, e.config_class)}
-    config_modules = {sys.modules[e.config_class.__module__] for e in ZOO}
-    names = {}
-    for module in [*MECHANISM_MODULES.values(), *sorted(config_modules, key=lambda m: m.__name__)]:
-        for name, value in vars(module).items():
-            if isinstance(value, type) and value in registered:
-                names[name] = value
-    return dict(sorted(names.items()))
 
 
 def matrix() -> dict[tuple[str, str], dict[str, type]]:

@@ -1,5 +1,5 @@
 """Configuration of hyper-connections and manifold-constrained hyper-connections (seed 002) on the decoder families
-of decoder_common (Llama, Qwen3, Qwen2, Mistral, Phi-3, OLMo 2, Gemma 2, Gemma 3 text, GPT-2)."""
+of families.py (Llama, Qwen3, Qwen2, Mistral, Phi-3, OLMo 2, Gemma 2, Gemma 3 text, GPT-2)."""
 
 # first, before any transformers import: a clear error under transformers 4
 from .zoo_requirements import MIN_TRANSFORMERS  # noqa: F401
@@ -9,6 +9,10 @@ from .zoo_requirements import MIN_TRANSFORMERS  # noqa: F401
 import dataclasses
 from typing import ClassVar, Literal
 
+from .zoo_common import ZooConfigFields, ZooConfigMixin, check_choice, check_range, zoo_config
+
+# isort: split
+# --- begin generated imports (python -m interlayer.models.generate_classes --fix): do not edit ---
 from transformers import (
     Gemma2Config,
     Gemma3TextConfig,
@@ -21,7 +25,7 @@ from transformers import (
     Qwen3Config,
 )
 
-from .zoo_common import ZooConfigFields, ZooConfigMixin, check_choice, check_range, zoo_config
+# --- end generated imports ---
 
 HC_MODES = ("static", "dynamic", "mhc")
 MHC_VARIANTS = ("seed", "deepseek_v4")
@@ -140,28 +144,32 @@ class HyperConnectionFields(ZooConfigFields):
         return 0.5 if self.hc_mode == "mhc" else 1.0
 
 
-@zoo_config
-class Qwen3MHCConfig(ZooConfigMixin, Qwen3Config, HyperConnectionFields):
-    r"""Configuration of [`Qwen3MHCModel`]: every [`Qwen3Config`] field plus the options of
-    [`HyperConnectionFields`]. Converts checkpoints of model_type `qwen3`."""
-
-    model_type = "qwen3_mhc"
-    stock_model_types = ("qwen3",)
+__all__ = ["HC_MODES", "MHC_VARIANTS", "HyperConnectionFields"]
 
 
+# --- begin generated classes (python -m interlayer.models.generate_classes --fix): do not edit ---
 @zoo_config
 class LlamaMHCConfig(ZooConfigMixin, LlamaConfig, HyperConnectionFields):
-    r"""Configuration of [`LlamaMHCModel`]: every [`LlamaConfig`] field plus the options of
-    [`HyperConnectionFields`]. Converts checkpoints of model_type `llama` (SmolLM2, Llama 2/3, ...)."""
+    r"""Configuration of [`LlamaMHCModel`]: every [`LlamaConfig`] field plus the options of [`HyperConnectionFields`].
+    Converts checkpoints of model_type `llama` (SmolLM2, Llama 2/3, ...)."""
 
     model_type = "llama_mhc"
     stock_model_types = ("llama",)
 
 
 @zoo_config
+class Qwen3MHCConfig(ZooConfigMixin, Qwen3Config, HyperConnectionFields):
+    r"""Configuration of [`Qwen3MHCModel`]: every [`Qwen3Config`] field plus the options of [`HyperConnectionFields`].
+    Converts checkpoints of model_type `qwen3`."""
+
+    model_type = "qwen3_mhc"
+    stock_model_types = ("qwen3",)
+
+
+@zoo_config
 class Qwen2MHCConfig(ZooConfigMixin, Qwen2Config, HyperConnectionFields):
-    r"""Configuration of [`Qwen2MHCModel`]: every [`Qwen2Config`] field plus the options of
-    [`HyperConnectionFields`]. Converts checkpoints of model_type `qwen2` (Qwen2, Qwen2.5)."""
+    r"""Configuration of [`Qwen2MHCModel`]: every [`Qwen2Config`] field plus the options of [`HyperConnectionFields`].
+    Converts checkpoints of model_type `qwen2` (Qwen2, Qwen2.5)."""
 
     model_type = "qwen2_mhc"
     stock_model_types = ("qwen2",)
@@ -178,8 +186,8 @@ class MistralMHCConfig(ZooConfigMixin, MistralConfig, HyperConnectionFields):
 
 @zoo_config
 class Phi3MHCConfig(ZooConfigMixin, Phi3Config, HyperConnectionFields):
-    r"""Configuration of [`Phi3MHCModel`]: every [`Phi3Config`] field plus the options of
-    [`HyperConnectionFields`]. Converts checkpoints of model_type `phi3` (Phi-3, Phi-3.5, Phi-4 mini)."""
+    r"""Configuration of [`Phi3MHCModel`]: every [`Phi3Config`] field plus the options of [`HyperConnectionFields`].
+    Converts checkpoints of model_type `phi3` (Phi-3, Phi-3.5, Phi-4 mini)."""
 
     model_type = "phi3_mhc"
     stock_model_types = ("phi3",)
@@ -187,8 +195,8 @@ class Phi3MHCConfig(ZooConfigMixin, Phi3Config, HyperConnectionFields):
 
 @zoo_config
 class Olmo2MHCConfig(ZooConfigMixin, Olmo2Config, HyperConnectionFields):
-    r"""Configuration of [`Olmo2MHCModel`]: every [`Olmo2Config`] field plus the options of
-    [`HyperConnectionFields`]. Converts checkpoints of model_type `olmo2`."""
+    r"""Configuration of [`Olmo2MHCModel`]: every [`Olmo2Config`] field plus the options of [`HyperConnectionFields`].
+    Converts checkpoints of model_type `olmo2`."""
 
     model_type = "olmo2_mhc"
     stock_model_types = ("olmo2",)
@@ -196,8 +204,8 @@ class Olmo2MHCConfig(ZooConfigMixin, Olmo2Config, HyperConnectionFields):
 
 @zoo_config
 class Gemma2MHCConfig(ZooConfigMixin, Gemma2Config, HyperConnectionFields):
-    r"""Configuration of [`Gemma2MHCModel`]: every [`Gemma2Config`] field plus the options of
-    [`HyperConnectionFields`]. Converts checkpoints of model_type `gemma2`."""
+    r"""Configuration of [`Gemma2MHCModel`]: every [`Gemma2Config`] field plus the options of [`HyperConnectionFields`].
+    Converts checkpoints of model_type `gemma2`."""
 
     model_type = "gemma2_mhc"
     stock_model_types = ("gemma2",)
@@ -206,7 +214,8 @@ class Gemma2MHCConfig(ZooConfigMixin, Gemma2Config, HyperConnectionFields):
 @zoo_config
 class Gemma3TextMHCConfig(ZooConfigMixin, Gemma3TextConfig, HyperConnectionFields):
     r"""Configuration of [`Gemma3TextMHCModel`]: every [`Gemma3TextConfig`] field plus the options of
-    [`HyperConnectionFields`]. Converts checkpoints of model_type `gemma3_text` (text-only Gemma 3, gemma-3-1b)."""
+    [`HyperConnectionFields`]. Converts checkpoints of model_type `gemma3_text` (text-only Gemma 3, such as
+    gemma-3-1b)."""
 
     model_type = "gemma3_text_mhc"
     stock_model_types = ("gemma3_text",)
@@ -214,24 +223,22 @@ class Gemma3TextMHCConfig(ZooConfigMixin, Gemma3TextConfig, HyperConnectionField
 
 @zoo_config
 class GPT2MHCConfig(ZooConfigMixin, GPT2Config, HyperConnectionFields):
-    r"""Configuration of [`GPT2MHCModel`]: every [`GPT2Config`] field plus the options of
-    [`HyperConnectionFields`]. Converts checkpoints of model_type `gpt2` (GPT-2, DistilGPT-2)."""
+    r"""Configuration of [`GPT2MHCModel`]: every [`GPT2Config`] field plus the options of [`HyperConnectionFields`].
+    Converts checkpoints of model_type `gpt2` (GPT-2, DistilGPT-2)."""
 
     model_type = "gpt2_mhc"
     stock_model_types = ("gpt2",)
 
 
-__all__ = [
-    "HC_MODES",
-    "MHC_VARIANTS",
+__all__ += [
+    "LlamaMHCConfig",
+    "Qwen3MHCConfig",
+    "Qwen2MHCConfig",
+    "MistralMHCConfig",
+    "Phi3MHCConfig",
+    "Olmo2MHCConfig",
     "Gemma2MHCConfig",
     "Gemma3TextMHCConfig",
     "GPT2MHCConfig",
-    "HyperConnectionFields",
-    "LlamaMHCConfig",
-    "MistralMHCConfig",
-    "Olmo2MHCConfig",
-    "Phi3MHCConfig",
-    "Qwen2MHCConfig",
-    "Qwen3MHCConfig",
 ]
+# --- end generated classes ---

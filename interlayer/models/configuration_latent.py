@@ -1,4 +1,4 @@
-"""Configuration of latent back-projection (seed 003) on the decoder families of decoder_common (Llama, Qwen3,
+"""Configuration of latent back-projection (seed 003) on the decoder families of families.py (Llama, Qwen3,
 Qwen2, Mistral, Phi-3, OLMo 2, Gemma 2, Gemma 3 text, GPT-2)."""
 
 # first, before any transformers import: a clear error under transformers 4
@@ -9,6 +9,10 @@ from .zoo_requirements import MIN_TRANSFORMERS  # noqa: F401
 import dataclasses
 from typing import ClassVar, Literal
 
+from .zoo_common import ZooConfigFields, ZooConfigMixin, check_choice, check_range, zoo_config
+
+# isort: split
+# --- begin generated imports (python -m interlayer.models.generate_classes --fix): do not edit ---
 from transformers import (
     Gemma2Config,
     Gemma3TextConfig,
@@ -21,7 +25,7 @@ from transformers import (
     Qwen3Config,
 )
 
-from .zoo_common import ZooConfigFields, ZooConfigMixin, check_choice, check_range, zoo_config
+# --- end generated imports ---
 
 LATENT_SOURCES = ("previous_position", "same_position", "recurrent")
 SEED_DEPTH = 28  # Qwen3-0.6B: sources L5..L25, targets L0..L20, offset 5
@@ -152,15 +156,10 @@ class LatentFields(ZooConfigFields):
         return list(zip(sources, targets))
 
 
-@zoo_config
-class Qwen3LatentConfig(ZooConfigMixin, Qwen3Config, LatentFields):
-    r"""Configuration of [`Qwen3LatentModel`]: every [`Qwen3Config`] field plus the options of [`LatentFields`].
-    Converts checkpoints of model_type `qwen3`."""
-
-    model_type = "qwen3_latent"
-    stock_model_types = ("qwen3",)
+__all__ = ["LATENT_SOURCES", "LatentFields"]
 
 
+# --- begin generated classes (python -m interlayer.models.generate_classes --fix): do not edit ---
 @zoo_config
 class LlamaLatentConfig(ZooConfigMixin, LlamaConfig, LatentFields):
     r"""Configuration of [`LlamaLatentModel`]: every [`LlamaConfig`] field plus the options of [`LatentFields`].
@@ -168,6 +167,15 @@ class LlamaLatentConfig(ZooConfigMixin, LlamaConfig, LatentFields):
 
     model_type = "llama_latent"
     stock_model_types = ("llama",)
+
+
+@zoo_config
+class Qwen3LatentConfig(ZooConfigMixin, Qwen3Config, LatentFields):
+    r"""Configuration of [`Qwen3LatentModel`]: every [`Qwen3Config`] field plus the options of [`LatentFields`].
+    Converts checkpoints of model_type `qwen3`."""
+
+    model_type = "qwen3_latent"
+    stock_model_types = ("qwen3",)
 
 
 @zoo_config
@@ -190,8 +198,8 @@ class MistralLatentConfig(ZooConfigMixin, MistralConfig, LatentFields):
 
 @zoo_config
 class Phi3LatentConfig(ZooConfigMixin, Phi3Config, LatentFields):
-    r"""Configuration of [`Phi3LatentModel`]: every [`Phi3Config`] field plus the options of [`LatentFields`].
-    Converts checkpoints of model_type `phi3` (Phi-3, Phi-3.5, Phi-4 mini)."""
+    r"""Configuration of [`Phi3LatentModel`]: every [`Phi3Config`] field plus the options of [`LatentFields`]. Converts
+    checkpoints of model_type `phi3` (Phi-3, Phi-3.5, Phi-4 mini)."""
 
     model_type = "phi3_latent"
     stock_model_types = ("phi3",)
@@ -226,23 +234,22 @@ class Gemma3TextLatentConfig(ZooConfigMixin, Gemma3TextConfig, LatentFields):
 
 @zoo_config
 class GPT2LatentConfig(ZooConfigMixin, GPT2Config, LatentFields):
-    r"""Configuration of [`GPT2LatentModel`]: every [`GPT2Config`] field plus the options of
-    [`LatentFields`]. Converts checkpoints of model_type `gpt2` (GPT-2, DistilGPT-2)."""
+    r"""Configuration of [`GPT2LatentModel`]: every [`GPT2Config`] field plus the options of [`LatentFields`]. Converts
+    checkpoints of model_type `gpt2` (GPT-2, DistilGPT-2)."""
 
     model_type = "gpt2_latent"
     stock_model_types = ("gpt2",)
 
 
-__all__ = [
-    "LATENT_SOURCES",
+__all__ += [
+    "LlamaLatentConfig",
+    "Qwen3LatentConfig",
+    "Qwen2LatentConfig",
+    "MistralLatentConfig",
+    "Phi3LatentConfig",
+    "Olmo2LatentConfig",
     "Gemma2LatentConfig",
     "Gemma3TextLatentConfig",
     "GPT2LatentConfig",
-    "LatentFields",
-    "LlamaLatentConfig",
-    "MistralLatentConfig",
-    "Olmo2LatentConfig",
-    "Phi3LatentConfig",
-    "Qwen2LatentConfig",
-    "Qwen3LatentConfig",
 ]
+# --- end generated classes ---

@@ -8,9 +8,15 @@ from .zoo_requirements import MIN_TRANSFORMERS  # noqa: F401
 import dataclasses
 from typing import ClassVar
 
-from transformers import BertConfig, GPT2Config, LlamaConfig, Qwen2Config, Qwen3Config, RobertaConfig
+from transformers import BertConfig, GPT2Config, RobertaConfig
 
 from .zoo_common import ConfigError, ZooConfigFields, ZooConfigMixin, check_range, zoo_config
+
+# isort: split
+# --- begin generated imports (python -m interlayer.models.generate_classes --fix): do not edit ---
+from transformers import LlamaConfig, Qwen2Config, Qwen3Config
+
+# --- end generated imports ---
 
 # the largest gate logit the weights hold in every dtype (fp16's largest value); the gates are computed in log space,
 # so every logit up to it gives finite gates, exactly 1 at conversion under identity_init
@@ -155,37 +161,6 @@ class GPT2SentinelConfig(SentinelConfigMixin, ZooConfigMixin, GPT2Config, Sentin
 
 
 @zoo_config
-class LlamaSentinelConfig(SentinelConfigMixin, ZooConfigMixin, LlamaConfig, SentinelFields):
-    r"""Configuration of [`LlamaSentinelModel`]: every [`LlamaConfig`] field plus the sentinel options of
-    [`SentinelFields`]. Converts checkpoints of model_type `llama` (grouped-query attention: the gates are per query
-    head)."""
-
-    model_type = "llama_sentinel"
-    stock_model_types = ("llama",)
-    sentinel_family = "llama"
-
-
-@zoo_config
-class Qwen2SentinelConfig(SentinelConfigMixin, ZooConfigMixin, Qwen2Config, SentinelFields):
-    r"""Configuration of [`Qwen2SentinelModel`]: every [`Qwen2Config`] field plus the sentinel options of
-    [`SentinelFields`]. Converts checkpoints of model_type `qwen2`."""
-
-    model_type = "qwen2_sentinel"
-    stock_model_types = ("qwen2",)
-    sentinel_family = "qwen2"
-
-
-@zoo_config
-class Qwen3SentinelConfig(SentinelConfigMixin, ZooConfigMixin, Qwen3Config, SentinelFields):
-    r"""Configuration of [`Qwen3SentinelModel`]: every [`Qwen3Config`] field plus the sentinel options of
-    [`SentinelFields`]. Converts checkpoints of model_type `qwen3`."""
-
-    model_type = "qwen3_sentinel"
-    stock_model_types = ("qwen3",)
-    sentinel_family = "qwen3"
-
-
-@zoo_config
 class BertSentinelConfig(SentinelConfigMixin, ZooConfigMixin, BertConfig, SentinelFields):
     r"""Configuration of [`BertSentinelModel`]: every [`BertConfig`] field plus the sentinel options of
     [`SentinelFields`] (no U-Net skips: an encoder). Converts checkpoints of model_type `bert`."""
@@ -227,10 +202,45 @@ __all__ = [
     "GPT2SentinelConfig",
     "GatedGPT2Config",
     "LegacyGatedGPT2Config",
-    "LlamaSentinelConfig",
-    "Qwen2SentinelConfig",
-    "Qwen3SentinelConfig",
     "RobertaSentinelConfig",
     "SentinelConfigMixin",
     "SentinelFields",
 ]
+
+
+# --- begin generated classes (python -m interlayer.models.generate_classes --fix): do not edit ---
+@zoo_config
+class LlamaSentinelConfig(SentinelConfigMixin, ZooConfigMixin, LlamaConfig, SentinelFields):
+    r"""Configuration of [`LlamaSentinelModel`]: every [`LlamaConfig`] field plus the sentinel options of
+    [`SentinelFields`]. Converts checkpoints of model_type `llama` (SmolLM2, Llama 2/3, ...). The gates are per query
+    head (grouped-query attention included)."""
+
+    model_type = "llama_sentinel"
+    stock_model_types = ("llama",)
+    sentinel_family = "llama"
+
+
+@zoo_config
+class Qwen2SentinelConfig(SentinelConfigMixin, ZooConfigMixin, Qwen2Config, SentinelFields):
+    r"""Configuration of [`Qwen2SentinelModel`]: every [`Qwen2Config`] field plus the sentinel options of
+    [`SentinelFields`]. Converts checkpoints of model_type `qwen2` (Qwen2, Qwen2.5). The gates are per query head
+    (grouped-query attention included)."""
+
+    model_type = "qwen2_sentinel"
+    stock_model_types = ("qwen2",)
+    sentinel_family = "qwen2"
+
+
+@zoo_config
+class Qwen3SentinelConfig(SentinelConfigMixin, ZooConfigMixin, Qwen3Config, SentinelFields):
+    r"""Configuration of [`Qwen3SentinelModel`]: every [`Qwen3Config`] field plus the sentinel options of
+    [`SentinelFields`]. Converts checkpoints of model_type `qwen3`. The gates are per query head (grouped-query
+    attention included)."""
+
+    model_type = "qwen3_sentinel"
+    stock_model_types = ("qwen3",)
+    sentinel_family = "qwen3"
+
+
+__all__ += ["LlamaSentinelConfig", "Qwen2SentinelConfig", "Qwen3SentinelConfig"]
+# --- end generated classes ---

@@ -24,7 +24,8 @@ cross-attention memory and the choice of the target language's decoder (`Attenti
 decoder, given no memory mask for a fixed-length memory and dispatching on `tgt_lang`), and the class that owns
 the encoder and decoders (`AttentionBridgeSeq2SeqMixin`: swaps them for the bridged ones and adds the language
 decoders). The stock forward passes are used as they are (they pass `**kwargs`, hence `tgt_lang`, to the encoder and
-the decoder). A family is a short declaration at the end of this file.
+the decoder). A family is its declaration in `families.py` (`Seq2SeqFamily`: its stock encoder, decoder, base model
+and LM); the classes at the end of this file, one per role and the LM, are written from it by `generate_classes.py`.
 """
 
 # first, before any transformers import: a clear error under transformers 4
@@ -40,6 +41,19 @@ from torch.nn import functional as F
 from transformers import initialization as init
 from transformers.generation import GenerationMixin
 from transformers.modeling_outputs import BaseModelOutput
+
+from .configuration_attention_bridge import FIXED_LENGTH_TYPES
+from .zoo_common import (
+    CACHE_KWARG,
+    StatsAccumulator,
+    ZooModelMixin,
+    register_for_auto_classes,
+    returns_dict_to_its_head,
+    take_cache,
+)
+
+# isort: split
+# --- begin generated imports (python -m interlayer.models.generate_classes --fix): do not edit ---
 from transformers.models.bart.modeling_bart import BartDecoder, BartEncoder, BartForConditionalGeneration, BartModel
 from transformers.models.m2m_100.modeling_m2m_100 import (
     M2M100Decoder,
@@ -57,21 +71,15 @@ from transformers.models.mbart.modeling_mbart import (
 from transformers.models.t5.modeling_t5 import T5ForConditionalGeneration, T5Model, T5Stack
 
 from .configuration_attention_bridge import (
-    FIXED_LENGTH_TYPES,
     BartAttentionBridgeConfig,
     M2M100AttentionBridgeConfig,
     MarianAttentionBridgeConfig,
     MBartAttentionBridgeConfig,
     T5AttentionBridgeConfig,
 )
-from .zoo_common import (
-    CACHE_KWARG,
-    StatsAccumulator,
-    ZooModelMixin,
-    register_for_auto_classes,
-    returns_dict_to_its_head,
-    take_cache,
-)
+from .families import BART, M2M100, MARIAN, MBART, T5
+
+# --- end generated imports ---
 
 
 class BridgeLinear(nn.Linear):
@@ -574,151 +582,198 @@ class AttentionBridgeLMMixin(AttentionBridgePreTrainedMixin):
         return super().generate(*args, **kwargs)
 
 
-# ---- the families: the stock encoder, decoder, base model and LM of each, with the roles above ----------------------
+# ---- the families: each a declaration of `families.py` (`Seq2SeqFamily`), its classes the mixins above put before its
+# stock encoder, decoder, base model and LM
+
+__all__ = [
+    "AttentionBridge",
+    "BartBridgeForConditionalGeneration",
+    "BartBridgeModel",
+    "MarianBridgeForConditionalGeneration",
+    "MarianBridgeModel",
+]
 
 
+# --- begin generated classes (python -m interlayer.models.generate_classes --fix): do not edit ---
 class MarianAttentionBridgeEncoder(AttentionBridgeEncoderMixin, MarianEncoder):
-    pass
+    family = MARIAN
 
 
 class MarianAttentionBridgeDecoder(AttentionBridgeDecoderMixin, MarianDecoder):
-    pass
+    family = MARIAN
 
 
 class MarianAttentionBridgeModel(AttentionBridgeSeq2SeqMixin, MarianModel):
     config_class = MarianAttentionBridgeConfig
-    encoder_class, decoder_class = MarianAttentionBridgeEncoder, MarianAttentionBridgeDecoder
-    _no_split_modules = ["MarianEncoderLayer", "MarianDecoderLayer"]  # stock Marian names none: FSDP wraps these
+    family = MARIAN
+    encoder_class = MarianAttentionBridgeEncoder
+    decoder_class = MarianAttentionBridgeDecoder
+    _no_split_modules = ["MarianEncoderLayer", "MarianDecoderLayer"]
 
 
 class MarianAttentionBridgeForConditionalGeneration(AttentionBridgeLMMixin, MarianMTModel, GenerationMixin):
-    """Marian translation model with an attention bridge; `generate(..., tgt_lang=...)` picks the decoder."""
+    r"""Marian translation model with an attention bridge; `generate(..., tgt_lang=...)` picks the decoder."""
 
     config_class = MarianAttentionBridgeConfig
+    family = MARIAN
     base_class = MarianAttentionBridgeModel
-    _no_split_modules = MarianAttentionBridgeModel._no_split_modules
+    _no_split_modules = ["MarianEncoderLayer", "MarianDecoderLayer"]
+
+
+register_for_auto_classes(
+    MarianAttentionBridgeConfig,
+    AutoModel=MarianAttentionBridgeModel,
+    AutoModelForSeq2SeqLM=MarianAttentionBridgeForConditionalGeneration,
+)
 
 
 class BartAttentionBridgeEncoder(AttentionBridgeEncoderMixin, BartEncoder):
-    pass
+    family = BART
 
 
 class BartAttentionBridgeDecoder(AttentionBridgeDecoderMixin, BartDecoder):
-    pass
+    family = BART
 
 
 class BartAttentionBridgeModel(AttentionBridgeSeq2SeqMixin, BartModel):
     config_class = BartAttentionBridgeConfig
-    encoder_class, decoder_class = BartAttentionBridgeEncoder, BartAttentionBridgeDecoder
+    family = BART
+    encoder_class = BartAttentionBridgeEncoder
+    decoder_class = BartAttentionBridgeDecoder
 
 
 class BartAttentionBridgeForConditionalGeneration(
     AttentionBridgeLMMixin, BartForConditionalGeneration, GenerationMixin
 ):
-    """BART with an attention bridge; `generate(..., tgt_lang=...)` picks the decoder."""
+    r"""BART with an attention bridge; `generate(..., tgt_lang=...)` picks the decoder."""
 
     config_class = BartAttentionBridgeConfig
+    family = BART
     base_class = BartAttentionBridgeModel
 
 
+register_for_auto_classes(
+    BartAttentionBridgeConfig,
+    AutoModel=BartAttentionBridgeModel,
+    AutoModelForSeq2SeqLM=BartAttentionBridgeForConditionalGeneration,
+)
+
+
 class MBartAttentionBridgeEncoder(AttentionBridgeEncoderMixin, MBartEncoder):
-    pass
+    family = MBART
 
 
 class MBartAttentionBridgeDecoder(AttentionBridgeDecoderMixin, MBartDecoder):
-    pass
+    family = MBART
 
 
 class MBartAttentionBridgeModel(AttentionBridgeSeq2SeqMixin, MBartModel):
     config_class = MBartAttentionBridgeConfig
-    encoder_class, decoder_class = MBartAttentionBridgeEncoder, MBartAttentionBridgeDecoder
+    family = MBART
+    encoder_class = MBartAttentionBridgeEncoder
+    decoder_class = MBartAttentionBridgeDecoder
 
 
 class MBartAttentionBridgeForConditionalGeneration(
     AttentionBridgeLMMixin, MBartForConditionalGeneration, GenerationMixin
 ):
-    """mBART with an attention bridge; `generate(..., tgt_lang=...)` picks the decoder."""
+    r"""mBART with an attention bridge; `generate(..., tgt_lang=...)` picks the decoder."""
 
     config_class = MBartAttentionBridgeConfig
+    family = MBART
     base_class = MBartAttentionBridgeModel
 
 
+register_for_auto_classes(
+    MBartAttentionBridgeConfig,
+    AutoModel=MBartAttentionBridgeModel,
+    AutoModelForSeq2SeqLM=MBartAttentionBridgeForConditionalGeneration,
+)
+
+
 class M2M100AttentionBridgeEncoder(AttentionBridgeEncoderMixin, M2M100Encoder):
-    pass
+    family = M2M100
 
 
 class M2M100AttentionBridgeDecoder(AttentionBridgeDecoderMixin, M2M100Decoder):
-    pass
+    family = M2M100
 
 
 class M2M100AttentionBridgeModel(AttentionBridgeSeq2SeqMixin, M2M100Model):
     config_class = M2M100AttentionBridgeConfig
-    encoder_class, decoder_class = M2M100AttentionBridgeEncoder, M2M100AttentionBridgeDecoder
+    family = M2M100
+    encoder_class = M2M100AttentionBridgeEncoder
+    decoder_class = M2M100AttentionBridgeDecoder
 
 
 class M2M100AttentionBridgeForConditionalGeneration(
     AttentionBridgeLMMixin, M2M100ForConditionalGeneration, GenerationMixin
 ):
-    """M2M100 / NLLB with an attention bridge; `generate(..., tgt_lang=...)` picks the decoder (NLLB's own target
-    language token, `forced_bos_token_id`, still works as in the stock model)."""
+    r"""M2M100 / NLLB with an attention bridge; `generate(..., tgt_lang=...)` picks the decoder. NLLB's own target
+    language token, `forced_bos_token_id`, still works as in the stock model."""
 
     config_class = M2M100AttentionBridgeConfig
+    family = M2M100
     base_class = M2M100AttentionBridgeModel
 
 
+register_for_auto_classes(
+    M2M100AttentionBridgeConfig,
+    AutoModel=M2M100AttentionBridgeModel,
+    AutoModelForSeq2SeqLM=M2M100AttentionBridgeForConditionalGeneration,
+)
+
+
 class T5AttentionBridgeEncoder(AttentionBridgeEncoderMixin, T5Stack):
-    pass
+    family = T5
 
 
 class T5AttentionBridgeDecoder(AttentionBridgeDecoderMixin, T5Stack):
-    pass
+    family = T5
 
 
 class T5AttentionBridgeModel(AttentionBridgeSeq2SeqMixin, T5Model):
     config_class = T5AttentionBridgeConfig
-    encoder_class, decoder_class = T5AttentionBridgeEncoder, T5AttentionBridgeDecoder
+    family = T5
+    encoder_class = T5AttentionBridgeEncoder
+    decoder_class = T5AttentionBridgeDecoder
 
 
 class T5AttentionBridgeForConditionalGeneration(
     AttentionBridgeLMMixin, AttentionBridgeSeq2SeqMixin, T5ForConditionalGeneration, GenerationMixin
 ):
-    """T5 with an attention bridge (the LM owns its encoder and decoder: no base model inside);
+    r"""T5 with an attention bridge (the LM owns its encoder and decoder: no base model inside);
     `generate(..., tgt_lang=...)` picks the decoder."""
 
     config_class = T5AttentionBridgeConfig
-    encoder_class, decoder_class = T5AttentionBridgeEncoder, T5AttentionBridgeDecoder
+    family = T5
+    encoder_class = T5AttentionBridgeEncoder
+    decoder_class = T5AttentionBridgeDecoder
 
 
-FAMILIES = (
-    (MarianAttentionBridgeConfig, MarianAttentionBridgeModel, MarianAttentionBridgeForConditionalGeneration),
-    (BartAttentionBridgeConfig, BartAttentionBridgeModel, BartAttentionBridgeForConditionalGeneration),
-    (MBartAttentionBridgeConfig, MBartAttentionBridgeModel, MBartAttentionBridgeForConditionalGeneration),
-    (M2M100AttentionBridgeConfig, M2M100AttentionBridgeModel, M2M100AttentionBridgeForConditionalGeneration),
-    (T5AttentionBridgeConfig, T5AttentionBridgeModel, T5AttentionBridgeForConditionalGeneration),
+register_for_auto_classes(
+    T5AttentionBridgeConfig,
+    AutoModel=T5AttentionBridgeModel,
+    AutoModelForSeq2SeqLM=T5AttentionBridgeForConditionalGeneration,
 )
-for _config, _base, _lm in FAMILIES:
-    register_for_auto_classes(_config, AutoModel=_base, AutoModelForSeq2SeqLM=_lm)
 
-# The names before the attention bridges were renamed (they named two mechanisms "bridge"): the same classes.
-MarianBridgeModel = MarianAttentionBridgeModel
-MarianBridgeForConditionalGeneration = MarianAttentionBridgeForConditionalGeneration
-BartBridgeModel = BartAttentionBridgeModel
-BartBridgeForConditionalGeneration = BartAttentionBridgeForConditionalGeneration
 
-__all__ = [
-    "AttentionBridge",
+__all__ += [
     "BartAttentionBridgeForConditionalGeneration",
     "BartAttentionBridgeModel",
-    "BartBridgeForConditionalGeneration",
-    "BartBridgeModel",
     "M2M100AttentionBridgeForConditionalGeneration",
     "M2M100AttentionBridgeModel",
     "MBartAttentionBridgeForConditionalGeneration",
     "MBartAttentionBridgeModel",
     "MarianAttentionBridgeForConditionalGeneration",
     "MarianAttentionBridgeModel",
-    "MarianBridgeForConditionalGeneration",
-    "MarianBridgeModel",
     "T5AttentionBridgeForConditionalGeneration",
     "T5AttentionBridgeModel",
 ]
+# --- end generated classes ---
+
+# The names before the attention bridges were renamed (they named two mechanisms "bridge"): the same classes.
+MarianBridgeModel = MarianAttentionBridgeModel
+MarianBridgeForConditionalGeneration = MarianAttentionBridgeForConditionalGeneration
+BartBridgeModel = BartAttentionBridgeModel
+BartBridgeForConditionalGeneration = BartAttentionBridgeForConditionalGeneration

@@ -9,10 +9,12 @@ names (`encoder.bridge_router.*`, `encoder.layer.N.bridge.*`).
 
 The mechanism is written once, against the roles a family's encoder layer plays (`BridgeLayerMixin`: where the
 attention sublayer ends, the FFN sublayer, the query/key/value projections, how the bridge reads a hidden state)
-and the routing over a layer stack (`BridgeStackMixin`); a family is a short declaration of those roles and of its
-stock modules (`*LayerRoles`, then the `*Bridge*` classes at the end of the file).
+and the routing over a layer stack (`BridgeStackMixin`). A family's roles and stock modules (heads, sublayers,
+embeddings, pooler, task heads) are its declaration in `families.py` (`EncoderFamily`, which the sentinel reads too);
+the `*Bridge*` classes at the end of this file put the mixins before its stock classes, with the few overrides where
+its stock base model differs from BERT's.
 
-Reading order: helpers, router, HDIM message, the per-target bridge block, the layer roles and the bridged layers,
+Reading order: helpers, router, HDIM message, the per-target bridge block, the layer mixin and the bridged layers,
 the layer stack and encoders, the pre-trained base class, the base model and task heads shared by every family,
 then the families.
 """
@@ -39,52 +41,37 @@ from transformers.loss.loss_utils import ForSequenceClassificationLoss
 from transformers.masking_utils import create_bidirectional_mask, create_bidirectional_sliding_window_mask
 from transformers.modeling_outputs import ModelOutput
 from transformers.models.bert.modeling_bert import (
-    BertEmbeddings,
     BertLayer,
     BertModel,
-    BertPooler,
     BertPreTrainedModel,
 )
 from transformers.models.deberta_v2.modeling_deberta_v2 import (
-    ContextPooler,
-    DebertaV2Embeddings,
     DebertaV2Encoder,
     DebertaV2Layer,
     DebertaV2Model,
     DebertaV2PreTrainedModel,
 )
 from transformers.models.electra.modeling_electra import (
-    ElectraClassificationHead,
-    ElectraEmbeddings,
     ElectraLayer,
     ElectraModel,
     ElectraPreTrainedModel,
 )
 from transformers.models.modernbert.modeling_modernbert import (
-    ModernBertEmbeddings,
     ModernBertEncoderLayer,
     ModernBertModel,
-    ModernBertPredictionHead,
     ModernBertPreTrainedModel,
     ModernBertRotaryEmbedding,
 )
 from transformers.models.roberta.modeling_roberta import (
-    RobertaClassificationHead,
-    RobertaEmbeddings,
     RobertaLayer,
     RobertaModel,
-    RobertaPooler,
     RobertaPreTrainedModel,
 )
 from transformers.models.xlm_roberta.modeling_xlm_roberta import (
-    XLMRobertaClassificationHead,
-    XLMRobertaEmbeddings,
     XLMRobertaLayer,
     XLMRobertaModel,
-    XLMRobertaPooler,
     XLMRobertaPreTrainedModel,
 )
-from transformers.pytorch_utils import apply_chunking_to_forward
 from transformers.utils.generic import can_return_tuple
 
 from .configuration_bridge import (
@@ -95,6 +82,7 @@ from .configuration_bridge import (
     RobertaBridgeConfig,
     XLMRobertaBridgeConfig,
 )
+from .families import BERT, DEBERTA_V2, ELECTRA, MODERNBERT, ROBERTA, XLM_ROBERTA, EncoderFamily, TaskHead
 from .zoo_common import (
     CACHE_KWARG,
     StatsAccumulator,
@@ -467,30 +455,53 @@ class BridgeLayerMixin:
     """A stock encoder layer (same modules, same weight names) that, when it is a target, adds the bridge's injection
     where its attention sublayer ends, to the input of its FFN sublayer (seed section 4).
 
-    The mechanism is written once against the roles a family's layer plays; a family declares them:
-
-    - `attention_sublayer(hidden_states, *layer_inputs)`: the stock computation up to where the attention sublayer
-      ends, returning what enters the FFN sublayer (post-norm: LN(H + Attn(H)); pre-norm: the residual stream
-      H + Attn(norm(H))). `layer_inputs` are the per-layer tensors the family's encoder passes (attention mask,
-      relative positions, rotary tables).
-    - `ffn_sublayer(attention_output)`: the rest of the stock layer, up to the layer output.
-    - `bridge_projections()`: the attention's query, key and value projections (`BridgeProjections`).
-    - `bridge_read(hidden_states)`: the states the bridge reads from a hidden state entering this layer, the way this
-      layer's attention reads it: the hidden state itself (post-norm, the default) or its attention norm (pre-norm).
+    The mechanism is written once against the roles a family's layer plays, all declared by its `family`
+    (`families.EncoderFamily`): where the layer keeps its attention heads, which give `bridge_projections()` (the
+    query, key and value projections, `BridgeProjections`); the norm its attention reads through, which gives
+    `bridge_read` (the states the bridge reads from a hidden state entering this layer, the way this layer's attention
+    reads it: the hidden state itself in a post-norm layer, its attention norm in a pre-norm one); and the layer cut
+    where its attention sublayer ends (`families.Sublayers`): `attention_sublayer(hidden_states, *layer_inputs)`
+    returns what enters the FFN sublayer (post-norm: LN(H + Attn(H)); pre-norm: the residual stream H + Attn(norm(H))),
+    `ffn_sublayer(attention_output)` the rest of the stock layer. `layer_inputs` are the per-layer tensors the
+    family's encoder passes (attention mask, relative positions, rotary tables).
     """
 
-    stock_takes_layer_idx = True
-    bridge_reads_output = True  # `bridge_read` is the identity (post-norm)
+    family: EncoderFamily
 
     def __init__(self, config, layer_idx=None):
-        if self.stock_takes_layer_idx:
+        if self.family.layer_takes_index:
             super().__init__(config, layer_idx=layer_idx)
         else:
             super().__init__(config)
         self.bridge = BridgeBlock(config, layer_idx) if layer_idx in config.bridge_target_layers else None
 
+    def attention_sublayer(self, hidden_states, *layer_inputs):
+        """The stock computation up to where the attention sublayer ends: what enters the FFN sublayer."""
+        return self.family.sublayers.attention(self, hidden_states, *layer_inputs)
+
+    def ffn_sublayer(self, attention_output):
+        """The rest of the stock layer, up to its output."""
+        return self.family.sublayers.ffn(self, attention_output)
+
+    @property
+    def bridge_reads_output(self) -> bool:
+        """`bridge_read` is the identity (a post-norm layer)."""
+        return self.family.attention_norm is None
+
     def bridge_read(self, hidden_states):
-        return hidden_states
+        if self.family.attention_norm is None:
+            return hidden_states
+        return self.get_submodule(self.family.attention_norm)(hidden_states)
+
+    def bridge_projections(self) -> BridgeProjections:
+        heads = self.family.heads
+        attention = self.get_submodule(heads.attention)
+        count, size = heads.count_of(attention), heads.size_of(attention)
+        projections = [self.get_submodule(path) for path in heads.qkv]
+        if len(projections) == 1:  # one fused projection, whose output is [query | key | value]
+            fused, width = projections[0], count * size
+            projections = [lambda x, i=i: fused(x)[..., i * width : (i + 1) * width] for i in range(3)]
+        return BridgeProjections(*projections, count, size)
 
     def forward(
         self,
@@ -531,108 +542,33 @@ class BridgeLayerMixin:
         return self.ffn_sublayer(attention_output + injection), aux
 
 
-class BertLikeLayerRoles:
-    """BERT, RoBERTa, XLM-R, ELECTRA: post-norm layers `attention -> intermediate -> output`, with the projections
-    `attention.self.query/key/value`; the layer input is the extended attention mask."""
-
-    def attention_sublayer(self, hidden_states, attention_mask):
-        return self.attention(hidden_states, attention_mask)[0]
-
-    def ffn_sublayer(self, attention_output):
-        return apply_chunking_to_forward(
-            self.feed_forward_chunk, self.chunk_size_feed_forward, self.seq_len_dim, attention_output
-        )
-
-    def bridge_projections(self):
-        attention = self.attention.self
-        return BridgeProjections(
-            attention.query,
-            attention.key,
-            attention.value,
-            attention.num_attention_heads,
-            attention.attention_head_size,
-        )
+class RobertaBridgeLayer(BridgeLayerMixin, RobertaLayer):
+    family = ROBERTA
 
 
-class DebertaV2LayerRoles:
-    """DeBERTa-v2/v3: post-norm layers `attention -> intermediate -> output` with disentangled relative attention;
-    projections `attention.self.query_proj/key_proj/value_proj`; the layer inputs are the (B, 1, S, S) mask, the
-    relative positions and the relative embeddings. The bridge's cross-attention is content-to-content only."""
-
-    stock_takes_layer_idx = False
-
-    def attention_sublayer(self, hidden_states, attention_mask, relative_pos, rel_embeddings):
-        return self.attention(hidden_states, attention_mask, relative_pos=relative_pos, rel_embeddings=rel_embeddings)[
-            0
-        ]
-
-    def ffn_sublayer(self, attention_output):
-        return self.output(self.intermediate(attention_output), attention_output)
-
-    def bridge_projections(self):
-        attention = self.attention.self
-        return BridgeProjections(
-            attention.query_proj,
-            attention.key_proj,
-            attention.value_proj,
-            attention.num_attention_heads,
-            attention.attention_head_size,
-        )
+class BertBridgeLayer(BridgeLayerMixin, BertLayer):
+    family = BERT
 
 
-class ModernBertLayerRoles:
-    """ModernBERT: pre-norm layers `attn_norm -> attn` and `mlp_norm -> mlp`, each added to the residual stream, with
-    one fused `attn.Wqkv` projection; the layer inputs are its attention type's mask and rotary tables. The attention
-    sublayer ends on the residual stream, so the injection enters both the FFN's norm and its residual; the bridge
-    reads states through the attention norm (`attn_norm`). The cross-attention has no rotary positions and no
-    sliding window: every source token is visible."""
-
-    def attention_sublayer(self, hidden_states, attention_mask, cos, sin):
-        attn_output, _ = self.attn(
-            self.attn_norm(hidden_states), position_embeddings=(cos, sin), attention_mask=attention_mask
-        )
-        return hidden_states + attn_output
-
-    def ffn_sublayer(self, attention_output):
-        return attention_output + self.mlp(self.mlp_norm(attention_output))
-
-    bridge_reads_output = False
-
-    def bridge_read(self, hidden_states):
-        return self.attn_norm(hidden_states)
-
-    def bridge_projections(self):
-        fused, head_dim = self.attn.Wqkv, self.attn.head_dim
-        width = self.config.num_attention_heads * head_dim
-
-        def part(i):  # Wqkv's output is [query | key | value]
-            return lambda x: fused(x)[..., i * width : (i + 1) * width]
-
-        return BridgeProjections(part(0), part(1), part(2), self.config.num_attention_heads, head_dim)
+class XLMRobertaBridgeLayer(BridgeLayerMixin, XLMRobertaLayer):
+    family = XLM_ROBERTA
 
 
-class RobertaBridgeLayer(BertLikeLayerRoles, BridgeLayerMixin, RobertaLayer):
-    pass
+class ElectraBridgeLayer(BridgeLayerMixin, ElectraLayer):
+    family = ELECTRA
 
 
-class BertBridgeLayer(BertLikeLayerRoles, BridgeLayerMixin, BertLayer):
-    pass
+class DebertaV2BridgeLayer(BridgeLayerMixin, DebertaV2Layer):
+    """The bridge's cross-attention is content-to-content only (no relative positions)."""
+
+    family = DEBERTA_V2
 
 
-class XLMRobertaBridgeLayer(BertLikeLayerRoles, BridgeLayerMixin, XLMRobertaLayer):
-    pass
+class ModernBertBridgeLayer(BridgeLayerMixin, ModernBertEncoderLayer):
+    """The attention sublayer ends on the residual stream, so the injection enters both the FFN's norm and its
+    residual. The cross-attention has no rotary positions and no sliding window: every source token is visible."""
 
-
-class ElectraBridgeLayer(BertLikeLayerRoles, BridgeLayerMixin, ElectraLayer):
-    pass
-
-
-class DebertaV2BridgeLayer(DebertaV2LayerRoles, BridgeLayerMixin, DebertaV2Layer):
-    pass
-
-
-class ModernBertBridgeLayer(ModernBertLayerRoles, BridgeLayerMixin, ModernBertEncoderLayer):
-    pass
+    family = MODERNBERT
 
 
 class BridgeStackMixin:
@@ -811,13 +747,12 @@ class BridgePreTrainedMixin(ZooModelMixin):
 class BridgeModelMixin(BridgePreTrainedMixin):
     """The bridged base model: the family's stock embeddings, its layers with the bridge, its stock pooler if any.
 
-    A family declares `embeddings_class`, `layer_class`, `encoder_class` and `pooler_class` (None when the stock base
-    model has no pooler), and overrides `embed` or `encode` where its stock base model differs from BERT's."""
+    A family declares its `family` (`families.EncoderFamily`: the stock embeddings and pooler), `layer_class` and
+    `encoder_class`, and overrides `embed` or `encode` where its stock base model differs from BERT's."""
 
-    embeddings_class: type[nn.Module]
+    family: EncoderFamily
     layer_class: type[nn.Module]
     encoder_class: type[nn.Module] = BridgeEncoder
-    pooler_class: type[nn.Module] | None = None
 
     def __init__(self, config, add_pooling_layer: bool = True):
         PreTrainedModel.__init__(self, config)
@@ -828,10 +763,10 @@ class BridgeModelMixin(BridgePreTrainedMixin):
 
     def build_modules(self, config, add_pooling_layer):
         """The stock modules, with their stock names (BERT's layout: `embeddings`, `encoder.layer.N`, `pooler`)."""
-        self.embeddings = self.embeddings_class(config)
+        self.embeddings = self.family.embeddings(config)
         self.encoder = self.encoder_class(config, self.layer_class)
-        if self.pooler_class is not None:
-            self.pooler = self.pooler_class(config) if add_pooling_layer else None
+        if self.family.pooler is not None:
+            self.pooler = self.family.pooler(config) if add_pooling_layer else None
 
     def embed(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds):
         return self.embeddings(
@@ -929,9 +864,8 @@ class BridgeTaskMixin(BridgePreTrainedMixin):
     """A task head on a bridged base model; `loss` is the task loss plus the bridge's auxiliary loss.
 
     `label_smoothing` is an attribute (default 0.0) rather than the Trainer's `label_smoothing_factor`, because the
-    Trainer's smoother recomputes the loss from the logits and would drop the bridge's auxiliary loss. A family
-    declares `base_class` and, where its stock head differs from the task's default, `build_stock_head(config)` and
-    `stock_logits(outputs, attention_mask)`.
+    Trainer's smoother recomputes the loss from the logits and would drop the bridge's auxiliary loss. A family's
+    task class declares `base_class`; the stock head is the one its family declares for the task (`stock_head`).
     """
 
     # the loss is a batch mean that ignores `num_items_in_batch`, so the Trainer must divide it by the number of
@@ -939,6 +873,7 @@ class BridgeTaskMixin(BridgePreTrainedMixin):
     accepts_loss_kwargs = False
     base_class: type[nn.Module]
     output_class: type[ModelOutput]
+    head_role: str  # the `families.EncoderFamily` field of the task's stock head
 
     def __init_subclass__(cls, **kwargs):
         """A task class splits FSDP units as its bridged base model does (not as the stock class it extends)."""
@@ -955,14 +890,19 @@ class BridgeTaskMixin(BridgePreTrainedMixin):
         self.build_head(config)
         self.post_init()
 
+    @property
+    def stock_head(self) -> TaskHead:
+        """The family's stock head for this task (`families.TaskHead`): its `head_role`."""
+        return getattr(self.base_class.family, self.head_role)
+
     def uses_pooler(self, config) -> bool:
-        return False
+        return self.stock_head.uses_pooler
 
     def build_head(self, config):
-        self.build_stock_head(config)
+        self.stock_head.build(self, config)
 
     def task_logits(self, outputs, attention_mask):
-        return self.stock_logits(outputs, attention_mask)
+        return self.stock_head.logits(self, outputs, attention_mask)
 
     @can_return_tuple
     def forward(
@@ -1001,44 +941,38 @@ class BridgeTaskMixin(BridgePreTrainedMixin):
 
 
 class BridgeForSequenceClassificationMixin(BridgeTaskMixin):
-    """Sequence classification with the family's stock head (default: `stock_head_class` on the last hidden state,
-    RoBERTa's layout) or the seed's head (`classifier_head="seed"`)."""
+    """Sequence classification with the family's stock head (`sequence_head`), or the seed's head
+    (`classifier_head="seed"`)."""
 
     pipeline_tag = "text-classification"
     output_class = BridgeSequenceClassifierOutput
-    stock_uses_pooler = False
-    stock_head_class: type[nn.Module]
+    head_role = "sequence_head"
 
     def uses_pooler(self, config) -> bool:
-        return self.stock_uses_pooler and config.classifier_head == "stock"
+        return super().uses_pooler(config) and config.classifier_head == "stock"
 
     def build_head(self, config):
         if config.classifier_head == "seed":
             self.classifier = SeedClassificationHead(config)
         else:
-            self.build_stock_head(config)
-
-    def build_stock_head(self, config):
-        self.classifier = self.stock_head_class(config)
-
-    def stock_logits(self, outputs, attention_mask):
-        return self.classifier(outputs.last_hidden_state)
+            super().build_head(config)
 
     def task_logits(self, outputs, attention_mask):
         if self.config.classifier_head == "seed":
             return self.classifier(outputs.last_hidden_state)
-        return self.stock_logits(outputs, attention_mask)
+        return super().task_logits(outputs, attention_mask)
 
     def task_loss(self, labels, logits):
         return classification_loss(labels, logits, self.config, self.label_smoothing)
 
 
 class BridgeForTokenClassificationMixin(BridgeTaskMixin):
-    """Token classification with the family's stock head (default: dropout and a linear classifier on every token,
-    BERT's layout). The seed's head classifies the first token only, so `classifier_head="seed"` is refused."""
+    """Token classification with the family's stock head (`token_head`). The seed's head classifies the first token
+    only, so `classifier_head="seed"` is refused."""
 
     pipeline_tag = "token-classification"
     output_class = BridgeTokenClassifierOutput
+    head_role = "token_head"
 
     def build_head(self, config):
         if config.classifier_head != "stock":
@@ -1046,15 +980,7 @@ class BridgeForTokenClassificationMixin(BridgeTaskMixin):
                 f"`classifier_head={config.classifier_head!r}` is a sequence-classification head (it reads the first "
                 f"token); {type(self).__name__} takes only `classifier_head='stock'`."
             )
-        self.build_stock_head(config)
-
-    def build_stock_head(self, config):
-        dropout = getattr(config, "classifier_dropout", None)
-        self.dropout = nn.Dropout(dropout if dropout is not None else config.hidden_dropout_prob)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
-
-    def stock_logits(self, outputs, attention_mask):
-        return self.classifier(self.dropout(outputs.last_hidden_state))
+        super().build_head(config)
 
     def task_loss(self, labels, logits):
         """The stock token-classification loss (cross-entropy over tokens, labels -100 ignored)."""
@@ -1068,25 +994,22 @@ class BridgeForTokenClassificationMixin(BridgeTaskMixin):
 
 class BertBridgeModel(BridgeModelMixin, BertModel):
     config_class = BertBridgeConfig
-    embeddings_class = BertEmbeddings
+    family = BERT
     layer_class = BertBridgeLayer
-    pooler_class = BertPooler
     _no_split_modules = ["BertEmbeddings", "BertBridgeLayer"]
 
 
 class RobertaBridgeModel(BridgeModelMixin, RobertaModel):
     config_class = RobertaBridgeConfig
-    embeddings_class = RobertaEmbeddings
+    family = ROBERTA
     layer_class = RobertaBridgeLayer
-    pooler_class = RobertaPooler
     _no_split_modules = ["RobertaEmbeddings", "RobertaBridgeLayer"]
 
 
 class XLMRobertaBridgeModel(BridgeModelMixin, XLMRobertaModel):
     config_class = XLMRobertaBridgeConfig
-    embeddings_class = XLMRobertaEmbeddings
+    family = XLM_ROBERTA
     layer_class = XLMRobertaBridgeLayer
-    pooler_class = XLMRobertaPooler
     _no_split_modules = ["XLMRobertaEmbeddings", "XLMRobertaBridgeLayer"]
 
 
@@ -1094,7 +1017,7 @@ class ElectraBridgeModel(BridgeModelMixin, ElectraModel):
     """ELECTRA: no pooler; `embeddings_project` maps `embedding_size` to `hidden_size` when they differ."""
 
     config_class = ElectraBridgeConfig
-    embeddings_class = ElectraEmbeddings
+    family = ELECTRA
     layer_class = ElectraBridgeLayer
     _no_split_modules = ["ElectraEmbeddings", "ElectraBridgeLayer"]
 
@@ -1113,7 +1036,7 @@ class DebertaV2BridgeModel(BridgeModelMixin, DebertaV2Model):
     """DeBERTa-v2/v3: no pooler; the embeddings zero padded positions, the encoder builds the relative positions."""
 
     config_class = DebertaV2BridgeConfig
-    embeddings_class = DebertaV2Embeddings
+    family = DEBERTA_V2
     layer_class = DebertaV2BridgeLayer
     encoder_class = DebertaV2BridgeEncoder
     _no_split_modules = ["DebertaV2Embeddings", "DebertaV2BridgeLayer"]
@@ -1141,12 +1064,12 @@ class ModernBertBridgeModel(BridgeStackMixin, BridgeModelMixin, ModernBertModel)
     full and sliding-window attention with rotary positions, and a final norm. No pooler."""
 
     config_class = ModernBertBridgeConfig
-    embeddings_class = ModernBertEmbeddings
+    family = MODERNBERT
     layer_class = ModernBertBridgeLayer
     _no_split_modules = ["ModernBertEmbeddings", "ModernBertBridgeLayer"]
 
     def build_modules(self, config, add_pooling_layer):
-        self.embeddings = self.embeddings_class(config)
+        self.embeddings = self.family.embeddings(config)
         self.layers = nn.ModuleList([self.layer_class(config, layer_idx=i) for i in range(config.num_hidden_layers)])
         self.final_norm = nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias)
         self.rotary_emb = ModernBertRotaryEmbedding(config=config)
@@ -1177,47 +1100,26 @@ class ModernBertBridgeModel(BridgeStackMixin, BridgeModelMixin, ModernBertModel)
 class BertBridgeForSequenceClassification(BridgeForSequenceClassificationMixin, BertPreTrainedModel):
     config_class = BertBridgeConfig
     base_class = BertBridgeModel
-    stock_uses_pooler = True
-
-    def build_stock_head(self, config):
-        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
-        self.dropout = nn.Dropout(dropout)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
-
-    def stock_logits(self, outputs, attention_mask):
-        return self.classifier(self.dropout(outputs.pooler_output))
 
 
 class RobertaBridgeForSequenceClassification(BridgeForSequenceClassificationMixin, RobertaPreTrainedModel):
     config_class = RobertaBridgeConfig
     base_class = RobertaBridgeModel
-    stock_head_class = RobertaClassificationHead
 
 
 class XLMRobertaBridgeForSequenceClassification(BridgeForSequenceClassificationMixin, XLMRobertaPreTrainedModel):
     config_class = XLMRobertaBridgeConfig
     base_class = XLMRobertaBridgeModel
-    stock_head_class = XLMRobertaClassificationHead
 
 
 class ElectraBridgeForSequenceClassification(BridgeForSequenceClassificationMixin, ElectraPreTrainedModel):
     config_class = ElectraBridgeConfig
     base_class = ElectraBridgeModel
-    stock_head_class = ElectraClassificationHead
 
 
 class DebertaV2BridgeForSequenceClassification(BridgeForSequenceClassificationMixin, DebertaV2PreTrainedModel):
     config_class = DebertaV2BridgeConfig
     base_class = DebertaV2BridgeModel
-
-    def build_stock_head(self, config):
-        self.pooler = ContextPooler(config)
-        self.classifier = nn.Linear(self.pooler.output_dim, config.num_labels)
-        dropout = getattr(config, "cls_dropout", None)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob if dropout is None else dropout)
-
-    def stock_logits(self, outputs, attention_mask):
-        return self.classifier(self.dropout(self.pooler(outputs.last_hidden_state)))
 
     def task_loss(self, labels, logits):
         """DeBERTa-v2's own loss while `problem_type` is unset: examples with a negative label are left out of the
@@ -1238,30 +1140,9 @@ class DebertaV2BridgeForSequenceClassification(BridgeForSequenceClassificationMi
         return -(F.log_softmax(logits, -1) * labels).sum(-1).mean()
 
 
-class ModernBertStockHead:
-    """ModernBERT's task heads: `head` (dense, activation, norm), dropout `drop`, then `classifier`."""
-
-    def build_stock_head(self, config):
-        self.head = ModernBertPredictionHead(config)
-        self.drop = nn.Dropout(config.classifier_dropout)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
-
-    def classify(self, hidden):
-        return self.classifier(self.drop(self.head(hidden)))
-
-
-class ModernBertBridgeForSequenceClassification(
-    ModernBertStockHead, BridgeForSequenceClassificationMixin, ModernBertPreTrainedModel
-):
+class ModernBertBridgeForSequenceClassification(BridgeForSequenceClassificationMixin, ModernBertPreTrainedModel):
     config_class = ModernBertBridgeConfig
     base_class = ModernBertBridgeModel
-
-    def stock_logits(self, outputs, attention_mask):
-        hidden = outputs.last_hidden_state
-        if self.config.classifier_pooling == "cls":
-            return self.classify(hidden[:, 0])
-        token_mask = torch.ones_like(hidden[..., 0]) if attention_mask is None else attention_mask
-        return self.classify(pool_tokens(hidden, token_mask, "mean"))
 
 
 class BertBridgeForTokenClassification(BridgeForTokenClassificationMixin, BertPreTrainedModel):
@@ -1289,14 +1170,9 @@ class DebertaV2BridgeForTokenClassification(BridgeForTokenClassificationMixin, D
     base_class = DebertaV2BridgeModel
 
 
-class ModernBertBridgeForTokenClassification(
-    ModernBertStockHead, BridgeForTokenClassificationMixin, ModernBertPreTrainedModel
-):
+class ModernBertBridgeForTokenClassification(BridgeForTokenClassificationMixin, ModernBertPreTrainedModel):
     config_class = ModernBertBridgeConfig
     base_class = ModernBertBridgeModel
-
-    def stock_logits(self, outputs, attention_mask):
-        return self.classify(outputs.last_hidden_state)
 
 
 FAMILIES = {  # stock model_type -> (config, base model, sequence classification, token classification)

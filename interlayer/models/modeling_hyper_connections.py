@@ -1,4 +1,4 @@
-"""Hyper-connections (HC) and manifold-constrained hyper-connections (mHC) for the decoder families of decoder_common
+"""Hyper-connections (HC) and manifold-constrained hyper-connections (mHC) for the decoder families of families.py
 (seed 002): Llama, Qwen3, Qwen2, Mistral, Phi-3, OLMo 2, Gemma 2, Gemma 3 text, GPT-2.
 
 The residual stream of a stock decoder becomes K full-width streams `h` of shape `[batch, seq, K, hidden]`. Around
@@ -35,9 +35,40 @@ from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 from torch.utils.checkpoint import checkpoint
 from transformers import initialization as init
 from transformers.cache_utils import Cache
+from transformers.generation import GenerationMixin
 from transformers.modeling_outputs import BaseModelOutputWithPast
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
+
+from .decoder_common import CausalLMMixin, DecoderLayerRolesMixin, DecoderStackMixin, FreezeBaseMixin
+from .zoo_common import CACHE_KWARG, StatsAccumulator, register_for_auto_classes, select_hidden_states, take_cache
+
+# isort: split
+# --- begin generated imports (python -m interlayer.models.generate_classes --fix): do not edit ---
+from transformers.models.gemma2.modeling_gemma2 import (
+    Gemma2Attention,
+    Gemma2DecoderLayer,
+    Gemma2ForCausalLM,
+    Gemma2Model,
+)
+from transformers.models.gemma3.modeling_gemma3 import (
+    Gemma3Attention,
+    Gemma3DecoderLayer,
+    Gemma3ForCausalLM,
+    Gemma3TextModel,
+)
+from transformers.models.gpt2.modeling_gpt2 import GPT2Attention, GPT2Block, GPT2LMHeadModel, GPT2Model
+from transformers.models.llama.modeling_llama import LlamaAttention, LlamaDecoderLayer, LlamaForCausalLM, LlamaModel
+from transformers.models.mistral.modeling_mistral import (
+    MistralAttention,
+    MistralDecoderLayer,
+    MistralForCausalLM,
+    MistralModel,
+)
+from transformers.models.olmo2.modeling_olmo2 import Olmo2Attention, Olmo2DecoderLayer, Olmo2ForCausalLM, Olmo2Model
+from transformers.models.phi3.modeling_phi3 import Phi3Attention, Phi3DecoderLayer, Phi3ForCausalLM, Phi3Model
+from transformers.models.qwen2.modeling_qwen2 import Qwen2Attention, Qwen2DecoderLayer, Qwen2ForCausalLM, Qwen2Model
+from transformers.models.qwen3.modeling_qwen3 import Qwen3Attention, Qwen3DecoderLayer, Qwen3ForCausalLM, Qwen3Model
 
 from .configuration_hyper_connections import (
     Gemma2MHCConfig,
@@ -50,23 +81,9 @@ from .configuration_hyper_connections import (
     Qwen2MHCConfig,
     Qwen3MHCConfig,
 )
-from .decoder_common import (
-    GEMMA2,
-    GEMMA3_TEXT,
-    GPT2,
-    LLAMA,
-    MISTRAL,
-    OLMO2,
-    PHI3,
-    QWEN2,
-    QWEN3,
-    CausalLMMixin,
-    DecoderLayerRolesMixin,
-    DecoderStackMixin,
-    FreezeBaseMixin,
-    family_classes,
-)
-from .zoo_common import CACHE_KWARG, StatsAccumulator, select_hidden_states, take_cache
+from .families import GEMMA2, GEMMA3_TEXT, GPT2, LLAMA, MISTRAL, OLMO2, PHI3, QWEN2, QWEN3
+
+# --- end generated imports ---
 
 COEFFICIENT_EPS = 1e-6
 MHC_EPS = 1e-6  # DeepSeek-V4's hc_eps: added to its read-in and softmax, and to every normalisation's denominator
@@ -682,8 +699,6 @@ class HCPreTrainedMixin(FreezeBaseMixin):
 class HCModelMixin(HCPreTrainedMixin, DecoderStackMixin):
     """The decoder stack with K residual streams: stock embeddings, layers, rotary embedding and final norm."""
 
-    records_attentions = True
-
     def build_mechanism(self, config) -> None:
         self.hc_read_out = nn.Parameter(torch.empty(config.hc_streams))
         self.hc_gain_stats = RunningMaxAccumulator()
@@ -784,33 +799,299 @@ class HCForCausalLMMixin(HCPreTrainedMixin, CausalLMMixin):
     """The stock causal-LM head on top of the hyper-connection decoder; stock forward and `generate()`."""
 
 
-def _classes(family, name, config_class):
-    return family_classes(
-        family, name, config_class, HCDecoderLayerMixin, HCModelMixin, HCForCausalLMMixin, module=__name__
-    )
+__all__ = ["HyperConnection", "deepseek_comb", "sinkhorn_knopp"]
 
 
-# one line per family: the roles are declared once in decoder_common
-Qwen3MHCDecoderLayer, Qwen3MHCModel, Qwen3MHCForCausalLM = _classes(QWEN3, "Qwen3MHC", Qwen3MHCConfig)
-LlamaMHCDecoderLayer, LlamaMHCModel, LlamaMHCForCausalLM = _classes(LLAMA, "LlamaMHC", LlamaMHCConfig)
-Qwen2MHCDecoderLayer, Qwen2MHCModel, Qwen2MHCForCausalLM = _classes(QWEN2, "Qwen2MHC", Qwen2MHCConfig)
-MistralMHCDecoderLayer, MistralMHCModel, MistralMHCForCausalLM = _classes(MISTRAL, "MistralMHC", MistralMHCConfig)
-Phi3MHCDecoderLayer, Phi3MHCModel, Phi3MHCForCausalLM = _classes(PHI3, "Phi3MHC", Phi3MHCConfig)
-Olmo2MHCDecoderLayer, Olmo2MHCModel, Olmo2MHCForCausalLM = _classes(OLMO2, "Olmo2MHC", Olmo2MHCConfig)
-Gemma2MHCDecoderLayer, Gemma2MHCModel, Gemma2MHCForCausalLM = _classes(GEMMA2, "Gemma2MHC", Gemma2MHCConfig)
-Gemma3TextMHCDecoderLayer, Gemma3TextMHCModel, Gemma3TextMHCForCausalLM = _classes(
-    GEMMA3_TEXT, "Gemma3TextMHC", Gemma3TextMHCConfig
+# --- begin generated classes (python -m interlayer.models.generate_classes --fix): do not edit ---
+# each class has an `__init__` of its own: generate_classes.py says why
+class LlamaMHCDecoderLayer(HCDecoderLayerMixin, LlamaDecoderLayer):
+    family = LLAMA
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx)
+
+
+class LlamaMHCModel(HCModelMixin, LlamaModel):
+    config_class = LlamaMHCConfig
+    family = LLAMA
+    decoder_layer_class = LlamaMHCDecoderLayer
+    _no_split_modules = ["LlamaMHCDecoderLayer"]
+    _can_record_outputs = {"attentions": LlamaAttention}
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+class LlamaMHCForCausalLM(HCForCausalLMMixin, LlamaForCausalLM, GenerationMixin):
+    config_class = LlamaMHCConfig
+    family = LLAMA
+    base_class = LlamaMHCModel
+    _no_split_modules = ["LlamaMHCDecoderLayer"]
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+register_for_auto_classes(LlamaMHCConfig, AutoModel=LlamaMHCModel, AutoModelForCausalLM=LlamaMHCForCausalLM)
+
+
+class Qwen3MHCDecoderLayer(HCDecoderLayerMixin, Qwen3DecoderLayer):
+    family = QWEN3
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx)
+
+
+class Qwen3MHCModel(HCModelMixin, Qwen3Model):
+    config_class = Qwen3MHCConfig
+    family = QWEN3
+    decoder_layer_class = Qwen3MHCDecoderLayer
+    _no_split_modules = ["Qwen3MHCDecoderLayer"]
+    _can_record_outputs = {"attentions": Qwen3Attention}
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+class Qwen3MHCForCausalLM(HCForCausalLMMixin, Qwen3ForCausalLM, GenerationMixin):
+    config_class = Qwen3MHCConfig
+    family = QWEN3
+    base_class = Qwen3MHCModel
+    _no_split_modules = ["Qwen3MHCDecoderLayer"]
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+register_for_auto_classes(Qwen3MHCConfig, AutoModel=Qwen3MHCModel, AutoModelForCausalLM=Qwen3MHCForCausalLM)
+
+
+class Qwen2MHCDecoderLayer(HCDecoderLayerMixin, Qwen2DecoderLayer):
+    family = QWEN2
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx)
+
+
+class Qwen2MHCModel(HCModelMixin, Qwen2Model):
+    config_class = Qwen2MHCConfig
+    family = QWEN2
+    decoder_layer_class = Qwen2MHCDecoderLayer
+    _no_split_modules = ["Qwen2MHCDecoderLayer"]
+    _can_record_outputs = {"attentions": Qwen2Attention}
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+class Qwen2MHCForCausalLM(HCForCausalLMMixin, Qwen2ForCausalLM, GenerationMixin):
+    config_class = Qwen2MHCConfig
+    family = QWEN2
+    base_class = Qwen2MHCModel
+    _no_split_modules = ["Qwen2MHCDecoderLayer"]
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+register_for_auto_classes(Qwen2MHCConfig, AutoModel=Qwen2MHCModel, AutoModelForCausalLM=Qwen2MHCForCausalLM)
+
+
+class MistralMHCDecoderLayer(HCDecoderLayerMixin, MistralDecoderLayer):
+    family = MISTRAL
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx)
+
+
+class MistralMHCModel(HCModelMixin, MistralModel):
+    config_class = MistralMHCConfig
+    family = MISTRAL
+    decoder_layer_class = MistralMHCDecoderLayer
+    _no_split_modules = ["MistralMHCDecoderLayer"]
+    _can_record_outputs = {"attentions": MistralAttention}
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+class MistralMHCForCausalLM(HCForCausalLMMixin, MistralForCausalLM, GenerationMixin):
+    config_class = MistralMHCConfig
+    family = MISTRAL
+    base_class = MistralMHCModel
+    _no_split_modules = ["MistralMHCDecoderLayer"]
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+register_for_auto_classes(MistralMHCConfig, AutoModel=MistralMHCModel, AutoModelForCausalLM=MistralMHCForCausalLM)
+
+
+class Phi3MHCDecoderLayer(HCDecoderLayerMixin, Phi3DecoderLayer):
+    family = PHI3
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx)
+
+
+class Phi3MHCModel(HCModelMixin, Phi3Model):
+    config_class = Phi3MHCConfig
+    family = PHI3
+    decoder_layer_class = Phi3MHCDecoderLayer
+    _no_split_modules = ["Phi3MHCDecoderLayer"]
+    _can_record_outputs = {"attentions": Phi3Attention}
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+class Phi3MHCForCausalLM(HCForCausalLMMixin, Phi3ForCausalLM, GenerationMixin):
+    config_class = Phi3MHCConfig
+    family = PHI3
+    base_class = Phi3MHCModel
+    _no_split_modules = ["Phi3MHCDecoderLayer"]
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+register_for_auto_classes(Phi3MHCConfig, AutoModel=Phi3MHCModel, AutoModelForCausalLM=Phi3MHCForCausalLM)
+
+
+class Olmo2MHCDecoderLayer(HCDecoderLayerMixin, Olmo2DecoderLayer):
+    family = OLMO2
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx)
+
+
+class Olmo2MHCModel(HCModelMixin, Olmo2Model):
+    config_class = Olmo2MHCConfig
+    family = OLMO2
+    decoder_layer_class = Olmo2MHCDecoderLayer
+    _no_split_modules = ["Olmo2MHCDecoderLayer"]
+    _can_record_outputs = {"attentions": Olmo2Attention}
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+class Olmo2MHCForCausalLM(HCForCausalLMMixin, Olmo2ForCausalLM, GenerationMixin):
+    config_class = Olmo2MHCConfig
+    family = OLMO2
+    base_class = Olmo2MHCModel
+    _no_split_modules = ["Olmo2MHCDecoderLayer"]
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+register_for_auto_classes(Olmo2MHCConfig, AutoModel=Olmo2MHCModel, AutoModelForCausalLM=Olmo2MHCForCausalLM)
+
+
+class Gemma2MHCDecoderLayer(HCDecoderLayerMixin, Gemma2DecoderLayer):
+    family = GEMMA2
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx)
+
+
+class Gemma2MHCModel(HCModelMixin, Gemma2Model):
+    config_class = Gemma2MHCConfig
+    family = GEMMA2
+    decoder_layer_class = Gemma2MHCDecoderLayer
+    _no_split_modules = ["Gemma2MHCDecoderLayer"]
+    _can_record_outputs = {"attentions": Gemma2Attention}
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+class Gemma2MHCForCausalLM(HCForCausalLMMixin, Gemma2ForCausalLM, GenerationMixin):
+    config_class = Gemma2MHCConfig
+    family = GEMMA2
+    base_class = Gemma2MHCModel
+    _no_split_modules = ["Gemma2MHCDecoderLayer"]
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+register_for_auto_classes(Gemma2MHCConfig, AutoModel=Gemma2MHCModel, AutoModelForCausalLM=Gemma2MHCForCausalLM)
+
+
+class Gemma3TextMHCDecoderLayer(HCDecoderLayerMixin, Gemma3DecoderLayer):
+    family = GEMMA3_TEXT
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx)
+
+
+class Gemma3TextMHCModel(HCModelMixin, Gemma3TextModel):
+    config_class = Gemma3TextMHCConfig
+    family = GEMMA3_TEXT
+    decoder_layer_class = Gemma3TextMHCDecoderLayer
+    _no_split_modules = ["Gemma3TextMHCDecoderLayer"]
+    _can_record_outputs = {"attentions": Gemma3Attention}
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+class Gemma3TextMHCForCausalLM(HCForCausalLMMixin, Gemma3ForCausalLM, GenerationMixin):
+    config_class = Gemma3TextMHCConfig
+    family = GEMMA3_TEXT
+    base_class = Gemma3TextMHCModel
+    _no_split_modules = ["Gemma3TextMHCDecoderLayer"]
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+register_for_auto_classes(
+    Gemma3TextMHCConfig, AutoModel=Gemma3TextMHCModel, AutoModelForCausalLM=Gemma3TextMHCForCausalLM
 )
-GPT2MHCDecoderLayer, GPT2MHCModel, GPT2MHCForCausalLM = _classes(GPT2, "GPT2MHC", GPT2MHCConfig)
 
-__all__ = [
+
+class GPT2MHCDecoderLayer(HCDecoderLayerMixin, GPT2Block):
+    family = GPT2
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx)
+
+
+class GPT2MHCModel(HCModelMixin, GPT2Model):
+    config_class = GPT2MHCConfig
+    family = GPT2
+    decoder_layer_class = GPT2MHCDecoderLayer
+    _no_split_modules = ["GPT2MHCDecoderLayer"]
+    _can_record_outputs = {"attentions": GPT2Attention}
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+class GPT2MHCForCausalLM(HCForCausalLMMixin, GPT2LMHeadModel, GenerationMixin):
+    config_class = GPT2MHCConfig
+    family = GPT2
+    base_class = GPT2MHCModel
+    _no_split_modules = ["GPT2MHCDecoderLayer"]
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+register_for_auto_classes(GPT2MHCConfig, AutoModel=GPT2MHCModel, AutoModelForCausalLM=GPT2MHCForCausalLM)
+
+
+__all__ += [
+    "GPT2MHCForCausalLM",
+    "GPT2MHCModel",
     "Gemma2MHCForCausalLM",
     "Gemma2MHCModel",
     "Gemma3TextMHCForCausalLM",
     "Gemma3TextMHCModel",
-    "GPT2MHCForCausalLM",
-    "GPT2MHCModel",
-    "HyperConnection",
     "LlamaMHCForCausalLM",
     "LlamaMHCModel",
     "MistralMHCForCausalLM",
@@ -823,6 +1104,5 @@ __all__ = [
     "Qwen2MHCModel",
     "Qwen3MHCForCausalLM",
     "Qwen3MHCModel",
-    "deepseek_comb",
-    "sinkhorn_knopp",
 ]
+# --- end generated classes ---

@@ -1,4 +1,4 @@
-"""Latent back-projection for the decoder families of decoder_common (seed 003): Llama, Qwen3, Qwen2, Mistral, Phi-3,
+"""Latent back-projection for the decoder families of families.py (seed 003): Llama, Qwen3, Qwen2, Mistral, Phi-3,
 OLMo 2, Gemma 2, Gemma 3 text, GPT-2.
 
 Pairs of layers `(s, t)`, by default `t = s - offset` (L5..L25 -> L0..L20 on 28 layers): source layer `s` compresses
@@ -30,9 +30,33 @@ import torch
 from torch import nn
 from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache
+from transformers.generation import GenerationMixin
 from transformers.modeling_outputs import BaseModelOutputWithPast
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
+
+from .decoder_common import CausalLMMixin, DecoderLayerRolesMixin, DecoderStackMixin, FreezeBaseMixin
+from .zoo_common import (
+    CACHE_KWARG,
+    StatsAccumulator,
+    refuse_output_attentions,
+    register_for_auto_classes,
+    register_scalar_parameters,
+    select_hidden_states,
+    take_cache,
+)
+
+# isort: split
+# --- begin generated imports (python -m interlayer.models.generate_classes --fix): do not edit ---
+from transformers.models.gemma2.modeling_gemma2 import Gemma2DecoderLayer, Gemma2ForCausalLM, Gemma2Model
+from transformers.models.gemma3.modeling_gemma3 import Gemma3DecoderLayer, Gemma3ForCausalLM, Gemma3TextModel
+from transformers.models.gpt2.modeling_gpt2 import GPT2Block, GPT2LMHeadModel, GPT2Model
+from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaForCausalLM, LlamaModel
+from transformers.models.mistral.modeling_mistral import MistralDecoderLayer, MistralForCausalLM, MistralModel
+from transformers.models.olmo2.modeling_olmo2 import Olmo2DecoderLayer, Olmo2ForCausalLM, Olmo2Model
+from transformers.models.phi3.modeling_phi3 import Phi3DecoderLayer, Phi3ForCausalLM, Phi3Model
+from transformers.models.qwen2.modeling_qwen2 import Qwen2DecoderLayer, Qwen2ForCausalLM, Qwen2Model
+from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer, Qwen3ForCausalLM, Qwen3Model
 
 from .configuration_latent import (
     Gemma2LatentConfig,
@@ -45,30 +69,9 @@ from .configuration_latent import (
     Qwen2LatentConfig,
     Qwen3LatentConfig,
 )
-from .decoder_common import (
-    GEMMA2,
-    GEMMA3_TEXT,
-    GPT2,
-    LLAMA,
-    MISTRAL,
-    OLMO2,
-    PHI3,
-    QWEN2,
-    QWEN3,
-    CausalLMMixin,
-    DecoderLayerRolesMixin,
-    DecoderStackMixin,
-    FreezeBaseMixin,
-    family_classes,
-)
-from .zoo_common import (
-    CACHE_KWARG,
-    StatsAccumulator,
-    refuse_output_attentions,
-    register_scalar_parameters,
-    select_hidden_states,
-    take_cache,
-)
+from .families import GEMMA2, GEMMA3_TEXT, GPT2, LLAMA, MISTRAL, OLMO2, PHI3, QWEN2, QWEN3
+
+# --- end generated imports ---
 
 
 class LatentCache(DynamicCache):
@@ -159,11 +162,7 @@ class LatentDecoderLayerMixin(DecoderLayerRolesMixin):
     projection of a latent to the output of its MLP branch `F_mlp` (`latent_up`, `latent_gate`, on a target layer):
     `h + F_mlp(h) + sigmoid(g) * up(z)`, after the branch's post-norm and dropout in the families that have them."""
 
-    # `latent_down` is called by the model's stock pass on the layer's output, outside the layer's forward (under a
-    # frozen base the layer runs without gradients and `latent_down` with them, which one checkpointed call cannot
-    # do), so each projection is its own FSDP unit (`_no_split_modules`): sharded with `fully_shard` it gathers its
-    # weights around its own forward
-    no_split_parts = ("LatentProjection",)
+    # each `LatentProjection` is an FSDP unit of its own (`_no_split_modules`: generate_classes.py says why)
 
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)
@@ -271,8 +270,6 @@ class LatentPreTrainedMixin(FreezeBaseMixin):
 
 class LatentModelMixin(LatentPreTrainedMixin, DecoderStackMixin):
     """The decoder stack with latent back-projection and its two passes."""
-
-    records_attentions = False  # two passes: there is no single set of attention weights
 
     def build_mechanism(self, config) -> None:
         pairs = config.latent_pairs
@@ -518,39 +515,304 @@ class LatentForCausalLMMixin(LatentPreTrainedMixin, CausalLMMixin):
     """The stock causal-LM head on a latent model; `generate()` gets a `LatentCache`."""
 
 
-def _classes(family, name, config_class):
-    return family_classes(
-        family, name, config_class, LatentDecoderLayerMixin, LatentModelMixin, LatentForCausalLMMixin, module=__name__
-    )
-
-
-# one line per family: the roles are declared once in decoder_common
-Qwen3LatentDecoderLayer, Qwen3LatentModel, Qwen3LatentForCausalLM = _classes(QWEN3, "Qwen3Latent", Qwen3LatentConfig)
-LlamaLatentDecoderLayer, LlamaLatentModel, LlamaLatentForCausalLM = _classes(LLAMA, "LlamaLatent", LlamaLatentConfig)
-Qwen2LatentDecoderLayer, Qwen2LatentModel, Qwen2LatentForCausalLM = _classes(QWEN2, "Qwen2Latent", Qwen2LatentConfig)
-MistralLatentDecoderLayer, MistralLatentModel, MistralLatentForCausalLM = _classes(
-    MISTRAL, "MistralLatent", MistralLatentConfig
-)
-Phi3LatentDecoderLayer, Phi3LatentModel, Phi3LatentForCausalLM = _classes(PHI3, "Phi3Latent", Phi3LatentConfig)
-Olmo2LatentDecoderLayer, Olmo2LatentModel, Olmo2LatentForCausalLM = _classes(OLMO2, "Olmo2Latent", Olmo2LatentConfig)
-Gemma2LatentDecoderLayer, Gemma2LatentModel, Gemma2LatentForCausalLM = _classes(
-    GEMMA2, "Gemma2Latent", Gemma2LatentConfig
-)
-Gemma3TextLatentDecoderLayer, Gemma3TextLatentModel, Gemma3TextLatentForCausalLM = _classes(
-    GEMMA3_TEXT, "Gemma3TextLatent", Gemma3TextLatentConfig
-)
-GPT2LatentDecoderLayer, GPT2LatentModel, GPT2LatentForCausalLM = _classes(GPT2, "GPT2Latent", GPT2LatentConfig)
 # checkpoints saved with a 0-d `latent_gate` exist only for the families of that time
-register_scalar_parameters([Qwen3LatentConfig.model_type, LlamaLatentConfig.model_type], ["latent_gate"])
+register_scalar_parameters(["qwen3_latent", "llama_latent"], ["latent_gate"])
 
-__all__ = [
+__all__ = ["LatentCache"]
+
+
+# --- begin generated classes (python -m interlayer.models.generate_classes --fix): do not edit ---
+# each class has an `__init__` of its own: generate_classes.py says why
+class LlamaLatentDecoderLayer(LatentDecoderLayerMixin, LlamaDecoderLayer):
+    family = LLAMA
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx)
+
+
+class LlamaLatentModel(LatentModelMixin, LlamaModel):
+    config_class = LlamaLatentConfig
+    family = LLAMA
+    decoder_layer_class = LlamaLatentDecoderLayer
+    _no_split_modules = ["LlamaLatentDecoderLayer", "LatentProjection"]
+    _can_record_outputs = {}
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+class LlamaLatentForCausalLM(LatentForCausalLMMixin, LlamaForCausalLM, GenerationMixin):
+    config_class = LlamaLatentConfig
+    family = LLAMA
+    base_class = LlamaLatentModel
+    _no_split_modules = ["LlamaLatentDecoderLayer", "LatentProjection"]
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+register_for_auto_classes(LlamaLatentConfig, AutoModel=LlamaLatentModel, AutoModelForCausalLM=LlamaLatentForCausalLM)
+
+
+class Qwen3LatentDecoderLayer(LatentDecoderLayerMixin, Qwen3DecoderLayer):
+    family = QWEN3
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx)
+
+
+class Qwen3LatentModel(LatentModelMixin, Qwen3Model):
+    config_class = Qwen3LatentConfig
+    family = QWEN3
+    decoder_layer_class = Qwen3LatentDecoderLayer
+    _no_split_modules = ["Qwen3LatentDecoderLayer", "LatentProjection"]
+    _can_record_outputs = {}
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+class Qwen3LatentForCausalLM(LatentForCausalLMMixin, Qwen3ForCausalLM, GenerationMixin):
+    config_class = Qwen3LatentConfig
+    family = QWEN3
+    base_class = Qwen3LatentModel
+    _no_split_modules = ["Qwen3LatentDecoderLayer", "LatentProjection"]
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+register_for_auto_classes(Qwen3LatentConfig, AutoModel=Qwen3LatentModel, AutoModelForCausalLM=Qwen3LatentForCausalLM)
+
+
+class Qwen2LatentDecoderLayer(LatentDecoderLayerMixin, Qwen2DecoderLayer):
+    family = QWEN2
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx)
+
+
+class Qwen2LatentModel(LatentModelMixin, Qwen2Model):
+    config_class = Qwen2LatentConfig
+    family = QWEN2
+    decoder_layer_class = Qwen2LatentDecoderLayer
+    _no_split_modules = ["Qwen2LatentDecoderLayer", "LatentProjection"]
+    _can_record_outputs = {}
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+class Qwen2LatentForCausalLM(LatentForCausalLMMixin, Qwen2ForCausalLM, GenerationMixin):
+    config_class = Qwen2LatentConfig
+    family = QWEN2
+    base_class = Qwen2LatentModel
+    _no_split_modules = ["Qwen2LatentDecoderLayer", "LatentProjection"]
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+register_for_auto_classes(Qwen2LatentConfig, AutoModel=Qwen2LatentModel, AutoModelForCausalLM=Qwen2LatentForCausalLM)
+
+
+class MistralLatentDecoderLayer(LatentDecoderLayerMixin, MistralDecoderLayer):
+    family = MISTRAL
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx)
+
+
+class MistralLatentModel(LatentModelMixin, MistralModel):
+    config_class = MistralLatentConfig
+    family = MISTRAL
+    decoder_layer_class = MistralLatentDecoderLayer
+    _no_split_modules = ["MistralLatentDecoderLayer", "LatentProjection"]
+    _can_record_outputs = {}
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+class MistralLatentForCausalLM(LatentForCausalLMMixin, MistralForCausalLM, GenerationMixin):
+    config_class = MistralLatentConfig
+    family = MISTRAL
+    base_class = MistralLatentModel
+    _no_split_modules = ["MistralLatentDecoderLayer", "LatentProjection"]
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+register_for_auto_classes(
+    MistralLatentConfig, AutoModel=MistralLatentModel, AutoModelForCausalLM=MistralLatentForCausalLM
+)
+
+
+class Phi3LatentDecoderLayer(LatentDecoderLayerMixin, Phi3DecoderLayer):
+    family = PHI3
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx)
+
+
+class Phi3LatentModel(LatentModelMixin, Phi3Model):
+    config_class = Phi3LatentConfig
+    family = PHI3
+    decoder_layer_class = Phi3LatentDecoderLayer
+    _no_split_modules = ["Phi3LatentDecoderLayer", "LatentProjection"]
+    _can_record_outputs = {}
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+class Phi3LatentForCausalLM(LatentForCausalLMMixin, Phi3ForCausalLM, GenerationMixin):
+    config_class = Phi3LatentConfig
+    family = PHI3
+    base_class = Phi3LatentModel
+    _no_split_modules = ["Phi3LatentDecoderLayer", "LatentProjection"]
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+register_for_auto_classes(Phi3LatentConfig, AutoModel=Phi3LatentModel, AutoModelForCausalLM=Phi3LatentForCausalLM)
+
+
+class Olmo2LatentDecoderLayer(LatentDecoderLayerMixin, Olmo2DecoderLayer):
+    family = OLMO2
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx)
+
+
+class Olmo2LatentModel(LatentModelMixin, Olmo2Model):
+    config_class = Olmo2LatentConfig
+    family = OLMO2
+    decoder_layer_class = Olmo2LatentDecoderLayer
+    _no_split_modules = ["Olmo2LatentDecoderLayer", "LatentProjection"]
+    _can_record_outputs = {}
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+class Olmo2LatentForCausalLM(LatentForCausalLMMixin, Olmo2ForCausalLM, GenerationMixin):
+    config_class = Olmo2LatentConfig
+    family = OLMO2
+    base_class = Olmo2LatentModel
+    _no_split_modules = ["Olmo2LatentDecoderLayer", "LatentProjection"]
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+register_for_auto_classes(Olmo2LatentConfig, AutoModel=Olmo2LatentModel, AutoModelForCausalLM=Olmo2LatentForCausalLM)
+
+
+class Gemma2LatentDecoderLayer(LatentDecoderLayerMixin, Gemma2DecoderLayer):
+    family = GEMMA2
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx)
+
+
+class Gemma2LatentModel(LatentModelMixin, Gemma2Model):
+    config_class = Gemma2LatentConfig
+    family = GEMMA2
+    decoder_layer_class = Gemma2LatentDecoderLayer
+    _no_split_modules = ["Gemma2LatentDecoderLayer", "LatentProjection"]
+    _can_record_outputs = {}
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+class Gemma2LatentForCausalLM(LatentForCausalLMMixin, Gemma2ForCausalLM, GenerationMixin):
+    config_class = Gemma2LatentConfig
+    family = GEMMA2
+    base_class = Gemma2LatentModel
+    _no_split_modules = ["Gemma2LatentDecoderLayer", "LatentProjection"]
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+register_for_auto_classes(Gemma2LatentConfig, AutoModel=Gemma2LatentModel, AutoModelForCausalLM=Gemma2LatentForCausalLM)
+
+
+class Gemma3TextLatentDecoderLayer(LatentDecoderLayerMixin, Gemma3DecoderLayer):
+    family = GEMMA3_TEXT
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx)
+
+
+class Gemma3TextLatentModel(LatentModelMixin, Gemma3TextModel):
+    config_class = Gemma3TextLatentConfig
+    family = GEMMA3_TEXT
+    decoder_layer_class = Gemma3TextLatentDecoderLayer
+    _no_split_modules = ["Gemma3TextLatentDecoderLayer", "LatentProjection"]
+    _can_record_outputs = {}
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+class Gemma3TextLatentForCausalLM(LatentForCausalLMMixin, Gemma3ForCausalLM, GenerationMixin):
+    config_class = Gemma3TextLatentConfig
+    family = GEMMA3_TEXT
+    base_class = Gemma3TextLatentModel
+    _no_split_modules = ["Gemma3TextLatentDecoderLayer", "LatentProjection"]
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+register_for_auto_classes(
+    Gemma3TextLatentConfig, AutoModel=Gemma3TextLatentModel, AutoModelForCausalLM=Gemma3TextLatentForCausalLM
+)
+
+
+class GPT2LatentDecoderLayer(LatentDecoderLayerMixin, GPT2Block):
+    family = GPT2
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx)
+
+
+class GPT2LatentModel(LatentModelMixin, GPT2Model):
+    config_class = GPT2LatentConfig
+    family = GPT2
+    decoder_layer_class = GPT2LatentDecoderLayer
+    _no_split_modules = ["GPT2LatentDecoderLayer", "LatentProjection"]
+    _can_record_outputs = {}
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+class GPT2LatentForCausalLM(LatentForCausalLMMixin, GPT2LMHeadModel, GenerationMixin):
+    config_class = GPT2LatentConfig
+    family = GPT2
+    base_class = GPT2LatentModel
+    _no_split_modules = ["GPT2LatentDecoderLayer", "LatentProjection"]
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+register_for_auto_classes(GPT2LatentConfig, AutoModel=GPT2LatentModel, AutoModelForCausalLM=GPT2LatentForCausalLM)
+
+
+__all__ += [
+    "GPT2LatentForCausalLM",
+    "GPT2LatentModel",
     "Gemma2LatentForCausalLM",
     "Gemma2LatentModel",
     "Gemma3TextLatentForCausalLM",
     "Gemma3TextLatentModel",
-    "GPT2LatentForCausalLM",
-    "GPT2LatentModel",
-    "LatentCache",
     "LlamaLatentForCausalLM",
     "LlamaLatentModel",
     "MistralLatentForCausalLM",
@@ -564,3 +826,4 @@ __all__ = [
     "Qwen3LatentForCausalLM",
     "Qwen3LatentModel",
 ]
+# --- end generated classes ---

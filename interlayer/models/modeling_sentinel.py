@@ -8,12 +8,14 @@ query head h scales that head's attention output before the output projection:
 every gate is exactly 1 at conversion and the model is the stock model. The mechanism's own tensors are named
 `sentinel_*` (gates, head mask) and `unet_*` (skip fusions).
 
-The mechanism is written once against the roles a family's attention plays (`SentinelRoles`: which module carries
-the gates, which projections hold the heads' weights and how); a family is a short declaration of those roles plus
-its attention forward, which calls `SentinelGates.attend` where the stock forward calls the attention function.
+The mechanism is written once against where a family's layer keeps its attention heads (`families.Heads`, declared
+with the family in `families.py`: which module carries the gates, which projections hold the heads' weights and how);
+a family is that declaration plus its attention forward, which calls `SentinelGates.attend` where the stock forward
+calls the attention function.
 
-Reading order: the roles and the weight surgery, the gates, the U-Net skips, each family's attention and layer,
-the pre-trained mixin (statistics, pruning), the models and LM heads.
+Reading order: the weight surgery, the gates, the U-Net skips, each family's attention and layer, the pre-trained
+mixin (statistics, pruning), the models and LM heads; at the end, the classes of the Llama-family decoders, which
+`generate_classes.py` writes from their family declarations.
 """
 
 from __future__ import annotations
@@ -38,11 +40,8 @@ from transformers.masking_utils import create_causal_mask
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast, ModelOutput
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.bert.modeling_bert import (
-    BertEmbeddings,
-    BertEncoder,
     BertLayer,
     BertModel,
-    BertPooler,
     BertPreTrainedModel,
     BertSelfAttention,
 )
@@ -59,28 +58,17 @@ from transformers.models.llama.modeling_llama import (
 )
 from transformers.models.llama.modeling_llama import eager_attention_forward as llama_eager_attention_forward
 from transformers.models.roberta.modeling_roberta import (
-    RobertaClassificationHead,
-    RobertaEmbeddings,
-    RobertaEncoder,
     RobertaLayer,
     RobertaModel,
-    RobertaPooler,
     RobertaPreTrainedModel,
     RobertaSelfAttention,
 )
 from transformers.pytorch_utils import Conv1D
 from transformers.utils.generic import can_return_tuple
 
-from .configuration_sentinel import (
-    BertSentinelConfig,
-    GatedGPT2Config,
-    GPT2SentinelConfig,
-    LlamaSentinelConfig,
-    Qwen2SentinelConfig,
-    Qwen3SentinelConfig,
-    RobertaSentinelConfig,
-)
-from .decoder_common import LLAMA, QWEN2, QWEN3, CausalLMMixin, DecoderStackMixin, composed_class, family_classes
+from .configuration_sentinel import BertSentinelConfig, GatedGPT2Config, GPT2SentinelConfig, RobertaSentinelConfig
+from .decoder_common import CausalLMMixin, DecoderStackMixin, build_stack
+from .families import BERT, GPT2, ROBERTA, DecoderFamily, EncoderFamily, Heads
 from .zoo_common import (
     CACHE_KWARG,
     ZooModelMixin,
@@ -90,21 +78,16 @@ from .zoo_common import (
     take_cache,
 )
 
+# isort: split
+# --- begin generated imports (python -m interlayer.models.generate_classes --fix): do not edit ---
+from transformers.models.llama.modeling_llama import LlamaAttention, LlamaDecoderLayer, LlamaForCausalLM, LlamaModel
+from transformers.models.qwen2.modeling_qwen2 import Qwen2Attention, Qwen2DecoderLayer, Qwen2ForCausalLM, Qwen2Model
+from transformers.models.qwen3.modeling_qwen3 import Qwen3Attention, Qwen3DecoderLayer, Qwen3ForCausalLM, Qwen3Model
 
-@dataclass(frozen=True)
-class SentinelRoles:
-    """Where a family's layer keeps what the mechanism acts on, as module paths inside one layer (block).
+from .configuration_sentinel import LlamaSentinelConfig, Qwen2SentinelConfig, Qwen3SentinelConfig
+from .families import LLAMA, QWEN2, QWEN3
 
-    Attributes:
-        attention: the module that carries the gates (a `SentinelGates`) and computes the heads' outputs.
-        qkv: the projections whose output features are grouped by head: one fused module whose outputs are
-            `[query heads | key heads | value heads]` (GPT-2's `c_attn`), or the query, key and value modules.
-        out: the output projection, whose input features are grouped by query head.
-    """
-
-    attention: str
-    qkv: tuple[str, ...]
-    out: str
+# --- end generated imports ---
 
 
 def _head_features(heads: torch.Tensor, head_dim: int) -> torch.Tensor:
@@ -395,7 +378,7 @@ class EncoderSentinelSelfAttention(SentinelGates):
 
 class BertSentinelSelfAttention(EncoderSentinelSelfAttention, BertSelfAttention):
     def __init__(self, *args, **kwargs):  # its own, so that DeepSpeed's zero.Init partitions the gates too
-        super().__init__(*args, **kwargs)  # (`decoder_common.composed_class` says why)
+        super().__init__(*args, **kwargs)  # (`generate_classes.py` says why)
 
 
 class RobertaSentinelSelfAttention(EncoderSentinelSelfAttention, RobertaSelfAttention):
@@ -522,13 +505,13 @@ class SentinelCausalLMOutput(CausalLMOutputWithPast):
 
 
 class SentinelPreTrainedMixin(ZooModelMixin):
-    """Init, statistics and pruning shared by every sentinel model (put before the stock pre-trained class). A
-    family declares `sentinel_roles` and `sentinel_layer_path` (where the base model keeps its layers)."""
+    """Init, statistics and pruning shared by every sentinel model (put before the stock pre-trained class). A class
+    declares its `family` (`families.py`), which says where the base model keeps its layers and where a layer keeps
+    its attention heads."""
 
     mechanism_name = "Sentinel gates"
     mechanism_param_markers = ("sentinel_", "unet_")
-    sentinel_roles: SentinelRoles
-    sentinel_layer_path: str
+    family: DecoderFamily | EncoderFamily
     # why the family's stock attention cannot take fewer heads of the same size from its config (empty: it can, with
     # the config's `head_dim`)
     stock_head_count_limit: str = ""
@@ -550,8 +533,13 @@ class SentinelPreTrainedMixin(ZooModelMixin):
             init.zeros_(module.bias)
 
     @property
+    def sentinel_roles(self) -> Heads:
+        """Where a layer keeps the gated attention, the projections of its heads and its output projection."""
+        return self.family.heads
+
+    @property
     def sentinel_layers(self) -> list[nn.Module]:
-        return list(self.base_model.get_submodule(self.sentinel_layer_path))
+        return list(self.base_model.get_submodule(self.family.layer_path))
 
     @property
     def gated_attentions(self) -> list[SentinelGates]:
@@ -804,23 +792,19 @@ class SentinelLMHeadMixin:
 
 class GPT2SentinelPreTrainedMixin(SentinelPreTrainedMixin):
     config_class = GPT2SentinelConfig
-    sentinel_roles = SentinelRoles(attention="attn", qkv=("attn.c_attn",), out="attn.c_proj")
-    sentinel_layer_path = "h"
+    family = GPT2
     stock_head_count_limit = "the stock GPT2Attention derives its head size as n_embd / n_head"
     _no_split_modules = ["GPT2SentinelBlock"]
 
 
 class GPT2SentinelModel(GPT2SentinelPreTrainedMixin, GPT2Model):
-    """GPT-2 with sentinel-gated attention and optional U-Net skips. Stock embeddings, blocks, final norm."""
+    """GPT-2 with sentinel-gated attention and optional U-Net skips: the stock stack of the `GPT2` family (embeddings,
+    blocks, final norm), its own forward (which takes `token_type_ids`, as stock GPT-2 does)."""
 
     def __init__(self, config: GPT2SentinelConfig):
         PreTrainedModel.__init__(self, config)
         self.embed_dim = config.hidden_size
-        self.wte = nn.Embedding(config.vocab_size, self.embed_dim)
-        self.wpe = nn.Embedding(config.max_position_embeddings, self.embed_dim)
-        self.drop = nn.Dropout(config.embd_pdrop)
-        self.h = nn.ModuleList([GPT2SentinelBlock(config, layer_idx=i) for i in range(config.num_hidden_layers)])
-        self.ln_f = nn.LayerNorm(self.embed_dim, eps=config.layer_norm_epsilon)
+        build_stack(self, self.family, config, GPT2SentinelBlock)
         self.gradient_checkpointing = False
         self.post_init()
 
@@ -935,11 +919,6 @@ class GPT2SentinelLMHeadModel(SentinelLMHeadMixin, GPT2SentinelPreTrainedMixin, 
 
 
 class DecoderSentinelPreTrainedMixin(SentinelPreTrainedMixin):
-    sentinel_roles = SentinelRoles(
-        attention="self_attn", qkv=("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), out="self_attn.o_proj"
-    )
-    sentinel_layer_path = "layers"
-
     def apply_freeze_base(self) -> None:
         """The sentinel mechanism has no `freeze_base`: the gates train with the model."""
 
@@ -947,8 +926,6 @@ class DecoderSentinelPreTrainedMixin(SentinelPreTrainedMixin):
 class DecoderSentinelModelMixin(DecoderSentinelPreTrainedMixin, DecoderStackMixin):
     """A Llama-family decoder with sentinel-gated attention and optional U-Net skips; stock embeddings, layers,
     norm and rotary embedding."""
-
-    records_attentions = False  # `output_attentions` is refused (the config's `no_attention_weights`)
 
     @can_return_tuple
     def forward(
@@ -1003,86 +980,46 @@ class DecoderSentinelLMMixin(SentinelLMHeadMixin, DecoderSentinelPreTrainedMixin
     """The stock causal-LM head (and tying) on a sentinel decoder; the loss adds the gates' L1 pressure."""
 
 
-def _decoder_classes(family, name, config_class):
-    """`{name}Attention`, `{name}DecoderLayer`, `{name}Model` and `{name}ForCausalLM` of a Llama-family decoder: the
-    family's stock classes with the sentinel mixins, declared once in `decoder_common.family_classes`."""
-    attention = composed_class(
-        f"{name}Attention",
-        (DecoderSentinelAttention, family.attention),
-        {"__module__": __name__, "__qualname__": f"{name}Attention"},
-    )
-    return attention, *family_classes(
-        family,
-        name,
-        config_class,
-        DecoderSentinelLayerMixin,
-        DecoderSentinelModelMixin,
-        DecoderSentinelLMMixin,
-        module=__name__,
-        layer_attributes={"attention_class": attention},
-    )
-
-
-# one line per family: the roles are declared once in decoder_common
-LlamaSentinelAttention, LlamaSentinelDecoderLayer, LlamaSentinelModel, LlamaSentinelForCausalLM = _decoder_classes(
-    LLAMA, "LlamaSentinel", LlamaSentinelConfig
-)
-Qwen2SentinelAttention, Qwen2SentinelDecoderLayer, Qwen2SentinelModel, Qwen2SentinelForCausalLM = _decoder_classes(
-    QWEN2, "Qwen2Sentinel", Qwen2SentinelConfig
-)
-Qwen3SentinelAttention, Qwen3SentinelDecoderLayer, Qwen3SentinelModel, Qwen3SentinelForCausalLM = _decoder_classes(
-    QWEN3, "Qwen3Sentinel", Qwen3SentinelConfig
-)
-
-
 class EncoderSentinelPreTrainedMixin(SentinelPreTrainedMixin):
-    sentinel_roles = SentinelRoles(
-        attention="attention.self",
-        qkv=("attention.self.query", "attention.self.key", "attention.self.value"),
-        out="attention.output.dense",
-    )
-    sentinel_layer_path = "encoder.layer"
     stock_head_count_limit = "the stock self-attention derives its head size as hidden_size / num_attention_heads"
 
 
 class EncoderSentinelModelMixin(EncoderSentinelPreTrainedMixin):
-    """A BERT-family encoder with sentinel-gated self-attention: stock embeddings, encoder (its layers gated) and
-    pooler, and the stock forward."""
+    """A BERT-family encoder with sentinel-gated self-attention: the family's stock embeddings, encoder (its layers
+    gated) and pooler, and the stock forward."""
 
-    embeddings_class: type
-    encoder_class: type
     layer_class: type
-    pooler_class: type
 
     def __init__(self, config, add_pooling_layer: bool = True):
         PreTrainedModel.__init__(self, config)
         self.config = config
         self.gradient_checkpointing = False
-        self.embeddings = self.embeddings_class(config)
-        self.encoder = self.encoder_class(config)
+        self.embeddings = self.family.embeddings(config)
+        self.encoder = self.family.encoder(config)
         self.encoder.layer = nn.ModuleList(
             [self.layer_class(config, layer_idx=i) for i in range(config.num_hidden_layers)]
         )
-        self.pooler = self.pooler_class(config) if add_pooling_layer else None
+        self.pooler = self.family.pooler(config) if add_pooling_layer else None
         self.post_init()
 
 
 class EncoderSentinelForSequenceClassificationMixin(EncoderSentinelPreTrainedMixin):
-    """Sequence classification on a sentinel encoder with the family's stock head; the loss adds the gates' L1
-    pressure."""
+    """Sequence classification on a sentinel encoder with the family's stock head (`family.sequence_head`); the loss
+    adds the gates' L1 pressure."""
 
     pipeline_tag = "text-classification"
     # the loss is a batch mean that ignores `num_items_in_batch`: the Trainer divides it for gradient accumulation
     accepts_loss_kwargs = False
+    family: EncoderFamily
     base_class: type
-    stock_uses_pooler: bool
 
     def __init__(self, config):
         PreTrainedModel.__init__(self, config)
         self.num_labels = config.num_labels
         self.config = config
-        setattr(self, self.base_model_prefix, self.base_class(config, add_pooling_layer=self.stock_uses_pooler))
-        self.build_stock_head(config)
+        head = self.family.sequence_head
+        setattr(self, self.base_model_prefix, self.base_class(config, add_pooling_layer=head.uses_pooler))
+        head.build(self, config)
         self.post_init()
 
     @can_return_tuple
@@ -1105,7 +1042,7 @@ class EncoderSentinelForSequenceClassificationMixin(EncoderSentinelPreTrainedMix
             return_dict=True,
             **kwargs,
         )
-        logits = self.stock_logits(outputs)
+        logits = self.family.sequence_head.logits(self, outputs, attention_mask)
         loss = task_loss = l1 = None
         if labels is not None:
             task_loss = ForSequenceClassificationLoss(labels, logits, self.config)
@@ -1123,48 +1060,30 @@ class EncoderSentinelForSequenceClassificationMixin(EncoderSentinelPreTrainedMix
 
 class BertSentinelModel(EncoderSentinelModelMixin, BertModel):
     config_class = BertSentinelConfig
-    embeddings_class = BertEmbeddings
-    encoder_class = BertEncoder
+    family = BERT
     layer_class = BertSentinelLayer
-    pooler_class = BertPooler
     _no_split_modules = ["BertEmbeddings", "BertSentinelLayer"]
 
 
 class BertSentinelForSequenceClassification(EncoderSentinelForSequenceClassificationMixin, BertPreTrainedModel):
     config_class = BertSentinelConfig
+    family = BERT
     base_class = BertSentinelModel
-    stock_uses_pooler = True
     _no_split_modules = ["BertEmbeddings", "BertSentinelLayer"]
-
-    def build_stock_head(self, config):
-        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
-        self.dropout = nn.Dropout(dropout)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
-
-    def stock_logits(self, outputs):
-        return self.classifier(self.dropout(outputs.pooler_output))
 
 
 class RobertaSentinelModel(EncoderSentinelModelMixin, RobertaModel):
     config_class = RobertaSentinelConfig
-    embeddings_class = RobertaEmbeddings
-    encoder_class = RobertaEncoder
+    family = ROBERTA
     layer_class = RobertaSentinelLayer
-    pooler_class = RobertaPooler
     _no_split_modules = ["RobertaEmbeddings", "RobertaSentinelLayer"]
 
 
 class RobertaSentinelForSequenceClassification(EncoderSentinelForSequenceClassificationMixin, RobertaPreTrainedModel):
     config_class = RobertaSentinelConfig
+    family = ROBERTA
     base_class = RobertaSentinelModel
-    stock_uses_pooler = False
     _no_split_modules = ["RobertaEmbeddings", "RobertaSentinelLayer"]
-
-    def build_stock_head(self, config):
-        self.classifier = RobertaClassificationHead(config)
-
-    def stock_logits(self, outputs):
-        return self.classifier(outputs.last_hidden_state)
 
 
 register_for_auto_classes(GPT2SentinelConfig, AutoModel=GPT2SentinelModel, AutoModelForCausalLM=GPT2SentinelLMHeadModel)
@@ -1192,16 +1111,139 @@ __all__ = [
     "GatedGPT2Config",
     "GatedGPT2LMHeadModel",
     "GatedGPT2Model",
+    "RobertaSentinelForSequenceClassification",
+    "RobertaSentinelModel",
+    "SentinelCausalLMOutput",
+    "SentinelSequenceClassifierOutput",
+    "SentinelGates",
+]
+
+
+# --- begin generated classes (python -m interlayer.models.generate_classes --fix): do not edit ---
+# each class has an `__init__` of its own: generate_classes.py says why
+class LlamaSentinelAttention(DecoderSentinelAttention, LlamaAttention):
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx)
+
+
+class LlamaSentinelDecoderLayer(DecoderSentinelLayerMixin, LlamaDecoderLayer):
+    family = LLAMA
+    attention_class = LlamaSentinelAttention
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx)
+
+
+class LlamaSentinelModel(DecoderSentinelModelMixin, LlamaModel):
+    config_class = LlamaSentinelConfig
+    family = LLAMA
+    decoder_layer_class = LlamaSentinelDecoderLayer
+    _no_split_modules = ["LlamaSentinelDecoderLayer"]
+    _can_record_outputs = {}
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+class LlamaSentinelForCausalLM(DecoderSentinelLMMixin, LlamaForCausalLM, GenerationMixin):
+    config_class = LlamaSentinelConfig
+    family = LLAMA
+    base_class = LlamaSentinelModel
+    _no_split_modules = ["LlamaSentinelDecoderLayer"]
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+register_for_auto_classes(
+    LlamaSentinelConfig, AutoModel=LlamaSentinelModel, AutoModelForCausalLM=LlamaSentinelForCausalLM
+)
+
+
+class Qwen2SentinelAttention(DecoderSentinelAttention, Qwen2Attention):
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx)
+
+
+class Qwen2SentinelDecoderLayer(DecoderSentinelLayerMixin, Qwen2DecoderLayer):
+    family = QWEN2
+    attention_class = Qwen2SentinelAttention
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx)
+
+
+class Qwen2SentinelModel(DecoderSentinelModelMixin, Qwen2Model):
+    config_class = Qwen2SentinelConfig
+    family = QWEN2
+    decoder_layer_class = Qwen2SentinelDecoderLayer
+    _no_split_modules = ["Qwen2SentinelDecoderLayer"]
+    _can_record_outputs = {}
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+class Qwen2SentinelForCausalLM(DecoderSentinelLMMixin, Qwen2ForCausalLM, GenerationMixin):
+    config_class = Qwen2SentinelConfig
+    family = QWEN2
+    base_class = Qwen2SentinelModel
+    _no_split_modules = ["Qwen2SentinelDecoderLayer"]
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+register_for_auto_classes(
+    Qwen2SentinelConfig, AutoModel=Qwen2SentinelModel, AutoModelForCausalLM=Qwen2SentinelForCausalLM
+)
+
+
+class Qwen3SentinelAttention(DecoderSentinelAttention, Qwen3Attention):
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx)
+
+
+class Qwen3SentinelDecoderLayer(DecoderSentinelLayerMixin, Qwen3DecoderLayer):
+    family = QWEN3
+    attention_class = Qwen3SentinelAttention
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx)
+
+
+class Qwen3SentinelModel(DecoderSentinelModelMixin, Qwen3Model):
+    config_class = Qwen3SentinelConfig
+    family = QWEN3
+    decoder_layer_class = Qwen3SentinelDecoderLayer
+    _no_split_modules = ["Qwen3SentinelDecoderLayer"]
+    _can_record_outputs = {}
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+class Qwen3SentinelForCausalLM(DecoderSentinelLMMixin, Qwen3ForCausalLM, GenerationMixin):
+    config_class = Qwen3SentinelConfig
+    family = QWEN3
+    base_class = Qwen3SentinelModel
+    _no_split_modules = ["Qwen3SentinelDecoderLayer"]
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+register_for_auto_classes(
+    Qwen3SentinelConfig, AutoModel=Qwen3SentinelModel, AutoModelForCausalLM=Qwen3SentinelForCausalLM
+)
+
+
+__all__ += [
     "LlamaSentinelForCausalLM",
     "LlamaSentinelModel",
     "Qwen2SentinelForCausalLM",
     "Qwen2SentinelModel",
     "Qwen3SentinelForCausalLM",
     "Qwen3SentinelModel",
-    "RobertaSentinelForSequenceClassification",
-    "RobertaSentinelModel",
-    "SentinelCausalLMOutput",
-    "SentinelSequenceClassifierOutput",
-    "SentinelGates",
-    "SentinelRoles",
 ]
+# --- end generated classes ---
