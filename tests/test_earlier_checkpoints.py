@@ -3,9 +3,11 @@ conformance case's config, converted and saved by that version (`earlier_version
 class (the `auto_map` and `architectures` it saved name classes this version has), with every saved tensor and
 nothing else, and computes the saved outputs exactly.
 
-Runs when `INTERLAYER_EARLIER_CHECKOUT` names a checkout of that version (a worktree of `main`:
-`INTERLAYER_EARLIER_CHECKOUT=/path/to/main pytest tests/test_earlier_checkpoints.py`); skipped without it, as a
-checkpoint committed to the repository would pin one version's bytes."""
+The earlier version is `EARLIER_REVISION` (the last `main` before the families and records redesign), taken from
+the repository's history with `git archive`, or the checkout `INTERLAYER_EARLIER_CHECKOUT` names
+(`INTERLAYER_EARLIER_CHECKOUT=/path/to/checkout pytest tests/test_earlier_checkpoints.py`). Skipped, with the
+reason, where neither is at hand (a copy of the files without their git history); a checkpoint committed to the
+repository instead would pin one version's bytes."""
 
 import json
 import os
@@ -21,16 +23,28 @@ from safetensors.torch import load_file
 import interlayer  # noqa: F401  (registers the zoo's Auto classes)
 from interlayer.zoo import ZOO
 
-EARLIER = os.environ.get("INTERLAYER_EARLIER_CHECKOUT")
+EARLIER_REVISION = "9ad8688"
 TESTS = pathlib.Path(__file__).parent
 
-pytestmark = pytest.mark.skipif(not EARLIER, reason="set INTERLAYER_EARLIER_CHECKOUT to a checkout of another version")
+
+def earlier_checkout(folder: pathlib.Path) -> pathlib.Path:
+    """The earlier version's files: `INTERLAYER_EARLIER_CHECKOUT`, else `EARLIER_REVISION` archived into `folder`."""
+    if os.environ.get("INTERLAYER_EARLIER_CHECKOUT"):
+        return pathlib.Path(os.environ["INTERLAYER_EARLIER_CHECKOUT"])
+    git = ["git", "-C", str(TESTS.parent)]
+    if subprocess.run([*git, "cat-file", "-e", f"{EARLIER_REVISION}^{{commit}}"], capture_output=True).returncode:
+        pytest.skip(
+            f"revision {EARLIER_REVISION} is not in this checkout's git history; set INTERLAYER_EARLIER_CHECKOUT"
+        )
+    archive = subprocess.run([*git, "archive", EARLIER_REVISION], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
+    return folder
 
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     out = tmp_path_factory.mktemp("earlier")
-    earlier = pathlib.Path(EARLIER)
+    earlier = earlier_checkout(tmp_path_factory.mktemp("checkout"))
     env = {**os.environ, "PYTHONPATH": f"{earlier}{os.pathsep}{earlier / 'tests'}", "HF_HUB_OFFLINE": "1"}
     script = TESTS / "earlier_version_save.py"
     subprocess.run([sys.executable, str(script), str(out), str(earlier / "tests")], env=env, check=True)
