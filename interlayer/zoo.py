@@ -290,10 +290,9 @@ def convert(
         raise ValueError(
             f"{source} does not fit {entry.model_class.__name__}: weights of another shape: {shapes}.{hint}"
         )
-    markers = model.mechanism_param_markers
     missing = list(info["missing_keys"])
     unexpected = list(info["unexpected_keys"])
-    new_mechanism = [k for k in missing if any(m in k for m in markers)]
+    new_mechanism = [k for k in missing if model.is_mechanism_parameter(k)]
     base_prefix = model.base_model_prefix + "."
     new_head = [k for k in missing if k not in new_mechanism and not k.startswith(base_prefix) and "pooler" not in k]
     missing_base = [k for k in missing if k not in new_mechanism and k not in new_head]

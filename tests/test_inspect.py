@@ -139,7 +139,7 @@ def test_attention_bridge_slot_attention(tmp_path, capsys):
 def test_attention_bridge_with_two_target_languages_checks_each_or_the_one_asked_for(tmp_path, capsys):
     def train_french(model):
         with torch.no_grad():
-            model.model.language_decoders["fr"].layers[0].fc2.weight.mul_(3.0)
+            model.model.attention_bridge_decoders["fr"].layers[0].fc2.weight.mul_(3.0)
 
     options = dict(bridge_layers=["transformer", "lin"], identity_init=False, decoder_languages=["de", "fr"])
     folder = converted(tmp_path, build_stock_marian, "attention-bridge", edit=train_french, **options, **TINY_BRIDGE)
@@ -165,7 +165,7 @@ def test_an_identity_bridge_with_two_languages_computes_the_stock_function_for_e
 
     def train_french(model):
         with torch.no_grad():
-            model.model.language_decoders["fr"].layers[0].fc2.weight.mul_(3.0)
+            model.model.attention_bridge_decoders["fr"].layers[0].fc2.weight.mul_(3.0)
 
     options = dict(bridge_layers=["transformer"], identity_init=True, decoder_languages=["de", "fr"], **TINY_BRIDGE)
     folder = converted(tmp_path, build_stock_marian, "attention-bridge", **options)
