@@ -1305,16 +1305,18 @@ class ConformanceSuite:
 
     def test_the_mechanism_parameters_are_named_under_its_prefix(self, tmp_path):
         """Every tensor the mechanism adds to the stock checkpoint (with the case's options) has a name component
-        starting with the class's `mechanism_param_prefix`, and no stock weight does: freezing the base, the
-        parameter report and a conversion's report tell the mechanism's tensors by that one test
-        (`has_parameter_prefix`)."""
+        starting with the prefix of its record in `interlayer.mechanisms` (the class's `mechanism_param_prefix`), and
+        no stock weight does: freezing the base, the parameter report and a conversion's report tell the
+        mechanism's tensors by that one test (`has_parameter_prefix`)."""
+        from .mechanisms import mechanism_of
         from .models.zoo_common import has_parameter_prefix
 
         folder, stock = self._stock(tmp_path)
         model, info = self.case.model_class.from_pretrained(
             folder, output_loading_info=True, **self.case.active_options
         )
-        prefix = model.mechanism_param_prefix
+        prefix = mechanism_of(self.case.model_class).parameter_prefix
+        assert prefix == model.mechanism_param_prefix, (prefix, model.mechanism_param_prefix)
         added = set(model.state_dict()) - set(stock.state_dict())
         outside = sorted(k for k in added if not has_parameter_prefix(k, prefix))
         assert added and not outside, f"mechanism tensors not under `{prefix}`: {outside}"

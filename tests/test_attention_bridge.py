@@ -10,8 +10,8 @@ from attention_bridge_fixtures import PAD, TINY_BRIDGE, build_stock_marian, sour
 from torch.nn import functional as F
 
 from interlayer import MarianAttentionBridgeForConditionalGeneration
-from interlayer.inspect import draw_slot_attention
 from interlayer.models.configuration_attention_bridge import BRIDGE_LAYER_TYPES
+from interlayer.pictures import draw_slot_attention
 
 
 @pytest.fixture(scope="module")

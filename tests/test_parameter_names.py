@@ -13,7 +13,7 @@ from gpt2_fixtures import build_stock_gpt2, lm_batch
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
-from interlayer.models.zoo_common import has_parameter_prefix
+from interlayer.mechanisms import MECHANISMS
 from interlayer.zoo import convert
 
 # -- one parameter prefix per mechanism ----------------------------------------------------------------------------
@@ -36,10 +36,10 @@ def test_every_tensor_a_conversion_adds_is_named_under_its_mechanism_prefix(tmp_
     stock = build(tmp_path / "stock")
     extra = TINY_BRIDGE if name == "attention-bridge" else {}
     model, report = convert(str(tmp_path / "stock"), name, **options, **extra)
-    prefix = model.mechanism_param_prefix
+    record = MECHANISMS[name]
     assert report.new_mechanism_keys and report.new_mechanism_keys == report.missing_keys
-    assert all(has_parameter_prefix(k, prefix) for k in report.new_mechanism_keys)
-    assert not [k for k in stock.state_dict() if has_parameter_prefix(k, prefix)]
+    assert all(record.is_parameter(k) for k in report.new_mechanism_keys)
+    assert not [k for k in stock.state_dict() if record.is_parameter(k)]
     assert set(model.mechanism_parameter_names()) <= set(report.new_mechanism_keys)
 
 
