@@ -1,13 +1,15 @@
 """A record per mechanism (`interlayer.mechanisms`), registered once: what it declares is what the zoo, the CLI,
 `interlayer inspect` and `interlayer bench` use, and a name or prefix another mechanism has is refused."""
 
+import dataclasses
+import os
 import re
 
 import pytest
 
 from interlayer.bench import CASES
-from interlayer.inspection import STATISTIC_PREFIXES
-from interlayer.mechanisms import MECHANISMS, BenchCase, mechanism_of, register_mechanism
+from interlayer.inspection import STATISTIC_PREFIXES, draw_model
+from interlayer.mechanisms import MECHANISMS, BenchCase, Picture, mechanism_of, register_mechanism
 from interlayer.models import modeling_bridge, modeling_latent
 from interlayer.zoo import ZOO
 
@@ -65,3 +67,27 @@ def test_the_zoo_bench_and_inspect_read_the_records():
         assert record.pictures and len({p.file for p in record.pictures}) == len(record.pictures)
         for tool in record.training_tools:
             assert callable(record.tool(tool)), tool
+
+
+def test_inspect_and_the_callback_draw_the_pictures_of_the_record(registry, tmp_path):
+    """`draw_model` (what `interlayer inspect` and `MechanismStatsCallback` call) draws a record's pictures, nothing
+    else: those drawn from a source sentence only when it has inputs, and a picture the model has none of is told
+    apart with the record's reason."""
+    drawn = []
+
+    def draw(model, stats, inputs, tokens, path):
+        drawn.append(os.path.basename(path))
+        return path
+
+    pictures = (
+        Picture("a", "a.png", draw),
+        Picture("b", "b.png", draw, reads_inputs=True),
+        Picture("c", "c.png", lambda *args: None, absent="no c here"),
+    )
+    registry["latent"] = dataclasses.replace(registry["latent"], pictures=pictures)
+    entry = next(e for e in ZOO if e.mechanism == "latent")
+    paths, absent = draw_model(None, entry, {}, {"input_ids": None}, None, str(tmp_path))
+    assert [os.path.basename(p) for p in paths] == drawn == ["a.png", "b.png"] and absent == [pictures[2]]
+    drawn.clear()
+    paths, _ = draw_model(None, entry, {}, None, None, str(tmp_path))  # the callback: statistics only
+    assert drawn == ["a.png"]
