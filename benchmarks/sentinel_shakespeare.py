@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast, Trainer, TrainingArguments  # noqa: E402
 
 from interlayer import GPT2SentinelLMHeadModel  # noqa: E402
-from interlayer.inspect import draw_sentinel_gates  # noqa: E402
+from interlayer.pictures import draw_sentinel_gates  # noqa: E402
 from interlayer.sentinel import STRATEGIES, SentinelControllerCallback, prune_by_strategy  # noqa: E402
 from interlayer.training import lm_batches, lm_blocks, train_byte_bpe  # noqa: E402
 

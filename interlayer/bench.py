@@ -26,7 +26,6 @@ are also what the scripts in `benchmarks/` use (each configuration in its own su
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import platform
@@ -37,6 +36,8 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from .mechanisms import MECHANISMS
 
 # SmolLM2-135M's shape (random weights: a step's cost does not depend on the values)
 SMOLLM2_SHAPE = dict(
@@ -76,6 +77,7 @@ GPT2_SMALL_SHAPE = dict(n_embd=384, n_layer=6, n_head=6, vocab_size=8192, n_posi
 # GPT-2 small itself (124M): the pruned-sentinel cases measure what removing heads saves at the real shape, where the
 # LM head (768 x 50257, about a quarter of a forward's FLOPs at 256 tokens) is part of what a user runs
 GPT2_124M_SHAPE = dict(n_embd=768, n_layer=12, n_head=12, vocab_size=50257, n_positions=1024)
+SHAPES = {"gpt2-124m": GPT2_124M_SHAPE}  # what a case's `shape` names
 MARIAN_SMALL_SHAPE = dict(
     vocab_size=8000,
     decoder_vocab_size=8000,
@@ -124,51 +126,8 @@ FULL_INPUTS["roberta"] = ((8, 128), None)  # a turn (2 steps) ~30-40 s on 2 idle
 QUICK_INPUTS = {family: ((2, 12), None if family in ("bert", "roberta") else (6, 3)) for family in FULL}
 
 
-@dataclasses.dataclass(frozen=True)
-class Case:
-    """One zoo model to measure against its stock model: `interlayer.convert(stock, mechanism, task, preset,
-    **options)` on a stock checkpoint of `family`."""
-
-    mechanism: str
-    family: str
-    task: str | None = None
-    preset: str | None = None
-    options: dict = dataclasses.field(default_factory=dict)
-    quick_options: dict = dataclasses.field(default_factory=dict)  # replaces `options` at the tiny shapes
-    shape: dict | None = None  # replaces the family's full shape (FULL); the tiny shape stays TINY's
-    # after conversion, `interlayer.sentinel.prune_by_strategy(model, prune_fraction, "magnitude")`: that fraction of
-    # all heads removed structurally, chosen over the whole model (so layers may keep different numbers of heads)
-    prune_fraction: float | None = None
-    train: bool = True  # timed training steps (`train_*` in the record)
-    forward: bool = False  # timed inference forwards (no grad, eval, no cache: `forward_*`) and their FLOPs
-
-
-CASES = {
-    "hc-static": Case("hyper-connections", "llama", options=dict(hc_mode="static", freeze_base=False)),
-    "hc-dynamic": Case("hyper-connections", "llama", options=dict(hc_mode="dynamic", freeze_base=False)),
-    "mhc": Case("hyper-connections", "llama", options=dict(hc_mode="mhc", freeze_base=False)),
-    "mhc-static": Case("hyper-connections", "llama", options=dict(hc_mode="mhc", mhc_dynamic=False, freeze_base=False)),
-    "mhc-fused": Case("hyper-connections", "llama", options=dict(hc_mode="mhc", hc_fused=True, freeze_base=False)),
-    "latent": Case("latent", "llama", options=dict(latent_source="previous_position", freeze_base=False)),
-    "bridge-H9": Case("bridge", "bert", task="sequence-classification", preset="H9"),
-    "bridge-hybrid": Case("bridge", "bert", task="sequence-classification", preset="hybrid"),
-    # the seed's shape: RoBERTa-large, bridges into the last 4 of its 24 layers
-    "bridge-seed-H9": Case("bridge", "roberta", "sequence-classification", "H9", dict(route_last_n=4)),
-    "bridge-seed-hybrid": Case("bridge", "roberta", "sequence-classification", "hybrid", dict(route_last_n=4)),
-    "sentinel": Case("sentinel", "gpt2"),
-    "attention-bridge": Case(
-        "attention-bridge",
-        "marian",
-        options=dict(bridge_fixed_length=16, bridge_hidden_size=512, bridge_heads=8),
-        quick_options=dict(bridge_fixed_length=5, bridge_hidden_size=48, bridge_heads=4),
-    ),
-    **{
-        f"sentinel-prune-{percent}": Case(
-            "sentinel", "gpt2", shape=GPT2_124M_SHAPE, prune_fraction=percent / 100, train=False, forward=True
-        )
-        for percent in (30, 50, 70)
-    },
-}
+# every mechanism's cases, from its record (`interlayer.mechanisms`): `{name: BenchCase}`
+CASES = {name: case for record in MECHANISMS.values() for name, case in record.bench_cases.items()}
 
 
 # -- measuring: memory, steps, generation --------------------------------------------------------------------------
@@ -579,7 +538,7 @@ def measure_case(
     from .zoo import convert
 
     case = CASES[name]
-    shape = TINY[case.family] if quick else (case.shape or FULL[case.family])
+    shape = TINY[case.family] if quick else (SHAPES[case.shape] if case.shape else FULL[case.family])
     if layers is not None and case.family == "llama":
         shape = {**shape, "num_hidden_layers": layers}
     (batch, seq), generation = (QUICK_INPUTS if quick else FULL_INPUTS)[case.family]

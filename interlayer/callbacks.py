@@ -143,9 +143,10 @@ class MechanismStatsCallback(TrainerCallback):
         return None
 
     def log_pictures(self, model, stats: dict, step: int) -> list[str]:
-        """The mechanism's pictures of `interlayer inspect` (interlayer/inspect.py), drawn from the evaluation
-        statistics, as TensorBoard images `interlayer/NAME` at `step`; nothing without a TensorBoard writer or
-        without matplotlib. The attention bridges' slot-attention picture needs a source sentence: not drawn here."""
+        """The mechanism's pictures of `interlayer inspect` (its record's, `interlayer.mechanisms`) drawn from the
+        evaluation statistics, as TensorBoard images `interlayer/NAME` at `step`; nothing without a TensorBoard
+        writer or without matplotlib. A picture drawn from a source sentence (the attention bridges' slot
+        attention) is not drawn here."""
         writer = self.tensorboard_writer()
         if writer is None or importlib.util.find_spec("matplotlib") is None:
             return []
@@ -153,15 +154,13 @@ class MechanismStatsCallback(TrainerCallback):
 
         from matplotlib.image import imread
 
-        from .inspect import draw_model, zoo_entry
+        from .inspection import draw_model, zoo_entry
 
         entry = zoo_entry(model.config)
-        if entry is None or entry.mechanism == "attention-bridge":
-            return []
         tags, stats = [], {**model.mechanism_state(), **stats}  # the evaluation's statistics and the gates now
         with tempfile.TemporaryDirectory() as folder:
             try:
-                paths = draw_model(model, entry, stats, {}, None, folder)
+                paths, _ = draw_model(model, entry, stats, None, None, folder)
             except ValueError as err:  # a statistic the picture needs is missing: say so, never stop training
                 logger.warning(f"MechanismStatsCallback: no TensorBoard pictures at step {step}: {err}")
                 return []

@@ -111,7 +111,7 @@ def cmd_prune(args) -> int:
 
 
 def cmd_inspect(args) -> int:
-    from .inspect import inspect_folder
+    from .inspection import inspect_folder
 
     inspect_folder(
         args.folder,
@@ -125,7 +125,8 @@ def cmd_inspect(args) -> int:
 
 
 def cmd_list(args) -> int:
-    from .zoo import MECHANISMS, TASKS, ZOO, matrix, matrix_markdown, options_markdown
+    from .mechanisms import MECHANISMS
+    from .zoo import TASKS, ZOO, matrix, matrix_markdown, options_markdown
 
     if args.options:
         print(options_markdown(args.options), end="")
@@ -137,7 +138,7 @@ def cmd_list(args) -> int:
     classes = len({e.model_class for e in ZOO})
     print(f"{len(cells)} mechanism x family cells, {classes} model classes; a task column shows the class")
     width = max(len(f) for _, f in cells) + 2
-    for mechanism in MECHANISMS:
+    for mechanism, record in MECHANISMS.items():
         print(f"\n{mechanism}")
         print(f"  {'family':<{width}}" + "".join(f"{t:<{len(t) + 2}}" for t in TASKS).rstrip())
         for (m, family), tasks in cells.items():
@@ -147,6 +148,11 @@ def cmd_list(args) -> int:
         presets = sorted({name for e in ZOO if e.mechanism == mechanism for name in e.config_class.presets})
         if presets:
             print(f"  presets: {', '.join(presets)}")
+        print(f"  parameters: every name has a component starting `{record.parameter_prefix}`")
+        print(f"  statistics: {record.statistics_prefix}...; pictures: {', '.join(p.file for p in record.pictures)}")
+        print(f"  bench cases: {', '.join(record.bench_cases)}")
+        if record.training_tools:
+            print(f"  training tools: {', '.join(record.training_tools)}")
     print("\nclasses:")
     for e in ZOO:
         print(f"  {e.mechanism:<19}{e.stock_model_type:<{width}}{e.task:<26}{e.model_class.__name__}")

@@ -189,8 +189,7 @@ class ConformanceSuite:
         folder, stock = self._stock(tmp_path)
         model, info = self.case.model_class.from_pretrained(folder, output_loading_info=True)
         assert not info["unexpected_keys"], f"stock weights left unused: {sorted(info['unexpected_keys'])}"
-        markers = model.mechanism_param_markers
-        base_missing = [k for k in info["missing_keys"] if not any(m in k for m in markers)]
+        base_missing = [k for k in info["missing_keys"] if not model.is_mechanism_parameter(k)]
         assert not base_missing, f"stock weights missing: {base_missing}"
         assert info["missing_keys"], "the mechanism added no parameter"
         zoo_state = model.state_dict()
@@ -282,8 +281,7 @@ class ConformanceSuite:
         model = self._zoo(folder, **self.case.active_options)
         batch = self.case.make_batch()
         batch["labels"] = self.case.labels(batch)
-        markers = model.mechanism_param_markers
-        before = {n: p.detach().clone() for n, p in model.named_parameters() if any(m in n for m in markers)}
+        before = {n: p.detach().clone() for n, p in model.named_parameters() if model.is_mechanism_parameter(n)}
         with torch.no_grad():
             loss_before = model(**batch).loss.item()
         examples = [{k: v[i] for k, v in batch.items()} for i in range(len(batch["labels"]))]
@@ -642,7 +640,7 @@ class ConformanceSuite:
         model = self._zoo(folder, **self.case.active_options)
         with torch.no_grad():
             for name, p in model.named_parameters():
-                if any(m in name for m in model.mechanism_param_markers):
+                if model.is_mechanism_parameter(name):
                     p.add_(0.01 * torch.randn_like(p))
         return folder, model
 
@@ -1302,3 +1300,26 @@ class ConformanceSuite:
         config = self._zoo(folder, **self.case.active_options).config
         missed = _parameters_zero3_init_would_miss(lambda: self.case.model_class(config))
         assert not missed, f"zero.Init would leave these parameters whole: {missed}"
+
+    # -- one parameter prefix per mechanism ------------------------------------------------------------------------
+
+    def test_the_mechanism_parameters_are_named_under_its_prefix(self, tmp_path):
+        """Every tensor the mechanism adds to the stock checkpoint (with the case's options) has a name component
+        starting with the prefix of its record in `interlayer.mechanisms` (the class's `mechanism_param_prefix`), and
+        no stock weight does: freezing the base, the parameter report and a conversion's report tell the
+        mechanism's tensors by that one test (`has_parameter_prefix`)."""
+        from .mechanisms import mechanism_of
+        from .models.zoo_common import has_parameter_prefix
+
+        folder, stock = self._stock(tmp_path)
+        model, info = self.case.model_class.from_pretrained(
+            folder, output_loading_info=True, **self.case.active_options
+        )
+        prefix = mechanism_of(self.case.model_class).parameter_prefix
+        assert prefix == model.mechanism_param_prefix, (prefix, model.mechanism_param_prefix)
+        added = set(model.state_dict()) - set(stock.state_dict())
+        outside = sorted(k for k in added if not has_parameter_prefix(k, prefix))
+        assert added and not outside, f"mechanism tensors not under `{prefix}`: {outside}"
+        claimed = sorted(k for k in stock.state_dict() if has_parameter_prefix(k, prefix))
+        assert not claimed, f"stock weights named under the mechanism's prefix `{prefix}`: {claimed}"
+        assert set(info["missing_keys"]) <= added, "a stock weight did not load"

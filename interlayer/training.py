@@ -14,13 +14,13 @@ import torch
 def seed_param_groups(model, encoder_lr: float, head_lr: float, weight_decay: float = 0.01) -> list[dict]:
     """AdamW groups of the seed's recipe: the stock encoder at `encoder_lr`; the mechanism's parameters and the
     task head at `head_lr`. Biases and norm weights get no weight decay, as in the stock Trainer."""
-    markers = getattr(model, "mechanism_param_markers", ())
+    is_mechanism = getattr(model, "is_mechanism_parameter", lambda name: False)  # a stock model has none
     base_prefix = model.base_model_prefix + "."
     groups: dict[tuple[bool, bool], list] = {}
     for name, param in model.named_parameters():
         if not param.requires_grad:
             continue
-        fast = any(m in name for m in markers) or not name.startswith(base_prefix)
+        fast = is_mechanism(name) or not name.startswith(base_prefix)
         decay = param.ndim >= 2
         groups.setdefault((fast, decay), []).append(param)
     return [

@@ -10,13 +10,7 @@ from dataclasses import dataclass
 import transformers
 from transformers import PretrainedConfig, PreTrainedModel
 
-from .models import (
-    modeling_attention_bridge,
-    modeling_bridge,
-    modeling_hyper_connections,
-    modeling_latent,
-    modeling_sentinel,
-)
+from .mechanisms import MECHANISMS as RECORDS
 from .models.zoo_common import (
     can_stage_beside,
     check_choice,
@@ -30,15 +24,6 @@ from .models.zoo_common import (
     warn_saving_in_place,
 )
 
-# the zoo's mechanisms and the modeling file of each; a model class joins the zoo by being registered for an Auto class
-# in its file (`register_for_auto_classes`), which is also what its saved `auto_map` says
-MECHANISM_MODULES = {
-    "bridge": modeling_bridge,
-    "sentinel": modeling_sentinel,
-    "hyper-connections": modeling_hyper_connections,
-    "latent": modeling_latent,
-    "attention-bridge": modeling_attention_bridge,
-}
 # the task each Auto class serves, and the stock class-name endings that say a checkpoint was saved for it
 AUTO_CLASS_TASKS = {
     "AutoModel": "base",
@@ -68,37 +53,31 @@ class ZooEntry:
 
 
 def _registered_entries() -> tuple[ZooEntry, ...]:
-    """Every model class a mechanism's modeling file registers for an Auto class, one entry per stock model type its
-    config converts, sorted by mechanism, stock model type and task."""
-    entries, seen = [], set()
-    for mechanism, module in MECHANISM_MODULES.items():
-        for value in vars(module).values():
-            if not (isinstance(value, type) and issubclass(value, PreTrainedModel)) or value in seen:
-                continue  # an older name kept for a class (`MarianBridgeModel`) is the same class: one entry
-            seen.add(value)
-            auto_class = value.__dict__.get("_auto_class")
-            if auto_class is None or value.__module__ != module.__name__:
-                continue
-            config_class = value.config_class
+    """Every model class a mechanism's record holds (those its modeling file registers for an Auto class), one entry
+    per stock model type its config converts, sorted by mechanism, stock model type and task."""
+    entries = []
+    for record in RECORDS.values():
+        for model_class in record.model_classes:
+            config_class = model_class.config_class
             for stock_model_type in config_class.stock_model_types:
                 entries.append(
                     ZooEntry(
-                        mechanism,
+                        record.name,
                         stock_model_type,
-                        AUTO_CLASS_TASKS[auto_class],
+                        AUTO_CLASS_TASKS[model_class._auto_class],
                         config_class,
-                        value,
-                        getattr(transformers, auto_class),
+                        model_class,
+                        getattr(transformers, model_class._auto_class),
                     )
                 )
-    order = list(MECHANISM_MODULES)
+    order = list(RECORDS)
     entries.sort(key=lambda e: (order.index(e.mechanism), e.stock_model_type, e.task != "base", e.task))
     return tuple(entries)
 
 
 ZOO: tuple[ZooEntry, ...] = _registered_entries()
 TASKS = sorted({e.task for e in ZOO})
-MECHANISMS = list(MECHANISM_MODULES)
+MECHANISMS = list(RECORDS)
 
 
 def matrix() -> dict[tuple[str, str], dict[str, type]]:
@@ -276,10 +255,9 @@ def convert(
         raise ValueError(
             f"{source} does not fit {entry.model_class.__name__}: weights of another shape: {shapes}.{hint}"
         )
-    markers = model.mechanism_param_markers
     missing = list(info["missing_keys"])
     unexpected = list(info["unexpected_keys"])
-    new_mechanism = [k for k in missing if any(m in k for m in markers)]
+    new_mechanism = [k for k in missing if model.is_mechanism_parameter(k)]
     base_prefix = model.base_model_prefix + "."
     new_head = [k for k in missing if k not in new_mechanism and not k.startswith(base_prefix) and "pooler" not in k]
     missing_base = [k for k in missing if k not in new_mechanism and k not in new_head]

@@ -10,8 +10,8 @@ from attention_bridge_fixtures import PAD, TINY_BRIDGE, build_stock_marian, sour
 from torch.nn import functional as F
 
 from interlayer import MarianAttentionBridgeForConditionalGeneration
-from interlayer.inspect import draw_slot_attention
 from interlayer.models.configuration_attention_bridge import BRIDGE_LAYER_TYPES
+from interlayer.pictures import draw_slot_attention
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +41,7 @@ def test_lin_and_simple_layers_follow_their_equations(stock):
     keep = batch["attention_mask"].bool()
     for layer_type in ("lin", "simple"):
         model = bridged(stock[0], bridge_layers=[layer_type])
-        layer = model.model.encoder.bridge.layers[0]
+        layer = model.model.encoder.attention_bridge.layers[0]
         h = encoder_output(model, batch)
         with torch.no_grad():
             memory = model.model.encoder(**{k: batch[k] for k in ("input_ids", "attention_mask")}).last_hidden_state
@@ -59,7 +59,7 @@ def test_lin_and_simple_layers_follow_their_equations(stock):
 
 def test_perceiver_refines_its_own_output_and_attends_to_the_encoder(stock):
     model = bridged(stock[0], bridge_layers=["perceiver", "perceiver"], bridge_norm="none")
-    first, second = model.model.encoder.bridge.layers
+    first, second = model.model.encoder.attention_bridge.layers
     assert first.latents is not None and second.latents is None
     batch = source_batch()
     h = encoder_output(model, batch)
@@ -120,7 +120,7 @@ def test_fixed_length_memory_takes_no_source_mask(stock):
 
 def test_language_decoders_start_as_the_stock_decoder_and_are_chosen_per_batch(stock, tmp_path):
     model = bridged(stock[0], bridge_layers=["lin"], decoder_languages=["de", "fr", "es"])
-    decoders = model.model.language_decoders
+    decoders = model.model.attention_bridge_decoders
     assert set(decoders) == {"fr", "es"}
     for name, tensor in model.model.decoder.state_dict().items():
         torch.testing.assert_close(decoders["fr"].state_dict()[name], tensor, rtol=0, atol=0)
@@ -175,7 +175,7 @@ def test_without_tgt_lang_several_decoders_raise_naming_the_languages_before_enc
 def test_generation_with_the_cached_bridge_memory_matches_recomputation(stock, layers):
     model = bridged(stock[0], bridge_layers=layers, decoder_languages=["de", "fr"])
     with torch.no_grad():
-        model.model.language_decoders["fr"].layers[0].fc1.weight.mul_(4.0)
+        model.model.attention_bridge_decoders["fr"].layers[0].fc1.weight.mul_(4.0)
     batch = source_batch()
     inputs = {k: batch[k] for k in ("input_ids", "attention_mask")}
     kwargs = dict(max_new_tokens=8, do_sample=False, tgt_lang="fr")
@@ -200,7 +200,8 @@ def test_slot_statistics_and_attention_image(stock, tmp_path):
 
     model = bridged(stock[0], bridge_layers=["transformer", "lin"])
     with torch.no_grad():
-        for weight in (model.model.encoder.bridge.layers[1].w1.weight, model.model.encoder.bridge.layers[1].w2.weight):
+        layer = model.model.encoder.attention_bridge.layers[1]
+        for weight in (layer.w1.weight, layer.w2.weight):
             weight.mul_(40.0)  # peaked slots
     batch = source_batch()
     with torch.no_grad():
@@ -233,9 +234,10 @@ def test_convert_infers_the_translation_task_and_reports_new_tensors(stock):
     )
     assert report.entry.task == "translation" and isinstance(model, MarianAttentionBridgeForConditionalGeneration)
     assert report.new_mechanism_keys and not report.unexpected_keys
-    assert all("encoder.bridge." in k or "language_decoders.fr." in k for k in report.new_mechanism_keys)
+    new = report.new_mechanism_keys
+    assert all("encoder.attention_bridge." in k or "attention_bridge_decoders.fr." in k for k in new)
     torch.testing.assert_close(
-        model.model.language_decoders["fr"].layers[1].fc1.weight, stock[1].model.decoder.layers[1].fc1.weight
+        model.model.attention_bridge_decoders["fr"].layers[1].fc1.weight, stock[1].model.decoder.layers[1].fc1.weight
     )
 
 
@@ -284,7 +286,8 @@ def test_base_model_loads_every_stock_weight_and_starts_as_the_stock_model(famil
     model, info = base_class.from_pretrained(tmp_path / "base", output_loading_info=True, **options)
     model.eval()
     assert not info["unexpected_keys"], info["unexpected_keys"]
-    assert info["missing_keys"] and all("encoder.bridge." in k for k in info["missing_keys"]), info["missing_keys"]
+    missing = info["missing_keys"]
+    assert missing and all("encoder.attention_bridge." in k for k in missing), missing
     for name, tensor in stock.state_dict().items():
         torch.testing.assert_close(model.state_dict()[name], tensor, rtol=0, atol=0, msg=name)
     batch = source_batch()
@@ -305,7 +308,7 @@ def test_the_bridge_initialises_with_the_family_std(family, tmp_path):
     build_stock(str(tmp_path / "stock"))
     torch.manual_seed(0)
     options = dict(TINY_BRIDGE, bridge_layers=["perceiver", "lin"], bridge_hidden_size=256, bridge_fixed_length=64)
-    bridge = lm_class.from_pretrained(tmp_path / "stock", **options).seq2seq.encoder.bridge
+    bridge = lm_class.from_pretrained(tmp_path / "stock", **options).seq2seq.encoder.attention_bridge
     expected = 0.02 if family == "bart" else 32**-0.5
     perceiver, lin = bridge.layers
     for weight in (lin.w1.weight, lin.w2.weight, perceiver.latents, perceiver.cross_attn.q_proj.weight):
@@ -321,7 +324,7 @@ def test_language_decoders_of_each_family_generate_with_the_cached_bridge(family
         tmp_path / "stock", bridge_layers=["perceiver"], decoder_languages=["de", "fr"], **TINY_BRIDGE
     ).eval()
     owner = model.seq2seq
-    decoders = owner.language_decoders
+    decoders = owner.attention_bridge_decoders
     stock_decoder = (stock if family == "t5" else stock.model).decoder
     for name, tensor in stock_decoder.state_dict().items():
         torch.testing.assert_close(decoders["fr"].state_dict()[name], tensor, rtol=0, atol=0)
@@ -359,10 +362,20 @@ OLD_AUTO_MAP = {  # what `save_pretrained` wrote before the attention bridges we
 
 def save_as_before_the_rename(model, folder, family: str, architecture: str) -> None:
     """A folder as the code before the rename saved it: model_type `<family>_bridge`, the old class names in
-    `architectures` and `auto_map` (the weights' names did not change)."""
+    `architectures` and `auto_map`, and the weights' names before 2026-11-24 (`encoder.bridge`, `language_decoders`)."""
     import json
 
+    from safetensors.torch import load_file, save_file
+
     model.save_pretrained(folder)
+    weights = folder / "model.safetensors"
+    old_names = {"encoder.attention_bridge.": "encoder.bridge.", "attention_bridge_decoders.": "language_decoders."}
+    tensors = {}
+    for key, tensor in load_file(weights).items():
+        for new, old in old_names.items():
+            key = key.replace(new, old)
+        tensors[key] = tensor
+    save_file(tensors, weights, metadata={"format": "pt"})
     path = folder / "config.json"
     config = json.loads(path.read_text())
     config.update(model_type=f"{family}_bridge", architectures=[architecture], auto_map=OLD_AUTO_MAP[family])
@@ -389,7 +402,7 @@ def test_a_model_saved_before_the_rename_loads_in_process_and_as_remote_code(sto
     assert MarianBridgeConfig is MarianAttentionBridgeConfig
     model = bridged(stock[0], bridge_layers=["lin"], decoder_languages=["de", "fr"])
     with torch.no_grad():
-        model.model.language_decoders["fr"].layers[0].fc1.weight.mul_(3.0)
+        model.model.attention_bridge_decoders["fr"].layers[0].fc1.weight.mul_(3.0)
     folder = tmp_path / "old"
     save_as_before_the_rename(model, folder, "marian", "MarianBridgeForConditionalGeneration")
     batch = source_batch()

@@ -12,7 +12,7 @@ from hc_fixtures import build_stock_qwen3, save_tiny_llama_with_tokenizer
 from matplotlib.image import imread
 
 from interlayer.cli import main
-from interlayer.inspect import inspect_folder
+from interlayer.inspection import inspect_folder
 from interlayer.zoo import convert, save_atomically
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -66,7 +66,8 @@ def test_bridge_routing_and_gates(tmp_path, capsys):
 
 
 def test_sentinel_gates_with_pruned_and_masked_heads(tmp_path, capsys):
-    from interlayer.inspect import load_model, sentinel_gate_grid
+    from interlayer.inspection import load_model
+    from interlayer.pictures import sentinel_gate_grid
 
     folder = converted(tmp_path, build_stock_gpt2, "sentinel", gate_l1=0.001)
     text = inspect(folder, tmp_path / "pictures", capsys)
@@ -90,7 +91,7 @@ def test_sentinel_gates_with_pruned_and_masked_heads(tmp_path, capsys):
 
 
 def test_hyper_connections_matrices_and_gain(tmp_path, capsys):
-    from interlayer.inspect import hc_composite_gain
+    from interlayer.pictures import hc_composite_gain
 
     def trained(model):
         with torch.no_grad():
@@ -104,7 +105,7 @@ def test_hyper_connections_matrices_and_gain(tmp_path, capsys):
     assert "hc_streams = 3 (default 4)" in text and 'hc_mode = "static" (default "mhc")' in text
     assert "computes the stock function: no: its outputs differ" in text
     assert_pictures(out, ["hc_res.png", "hc_composite_gain.png", "hc_pre_post.png"])
-    from interlayer.inspect import load_model, model_inputs, read_statistics
+    from interlayer.inspection import load_model, model_inputs, read_statistics
 
     model = load_model(folder)[0]
     labels, rows, _ = hc_composite_gain(read_statistics(model, model_inputs(model, folder)[0]), 3)
@@ -139,7 +140,7 @@ def test_attention_bridge_slot_attention(tmp_path, capsys):
 def test_attention_bridge_with_two_target_languages_checks_each_or_the_one_asked_for(tmp_path, capsys):
     def train_french(model):
         with torch.no_grad():
-            model.model.language_decoders["fr"].layers[0].fc2.weight.mul_(3.0)
+            model.model.attention_bridge_decoders["fr"].layers[0].fc2.weight.mul_(3.0)
 
     options = dict(bridge_layers=["transformer", "lin"], identity_init=False, decoder_languages=["de", "fr"])
     folder = converted(tmp_path, build_stock_marian, "attention-bridge", edit=train_french, **options, **TINY_BRIDGE)
@@ -165,7 +166,7 @@ def test_an_identity_bridge_with_two_languages_computes_the_stock_function_for_e
 
     def train_french(model):
         with torch.no_grad():
-            model.model.language_decoders["fr"].layers[0].fc2.weight.mul_(3.0)
+            model.model.attention_bridge_decoders["fr"].layers[0].fc2.weight.mul_(3.0)
 
     options = dict(bridge_layers=["transformer"], identity_init=True, decoder_languages=["de", "fr"], **TINY_BRIDGE)
     folder = converted(tmp_path, build_stock_marian, "attention-bridge", **options)
@@ -222,7 +223,7 @@ def test_a_default_derived_from_the_stock_config_is_not_a_changed_setting():
     """A bridge over 3 layers gets `route_last_n=3` from the default (the seed's 4, capped): not a change; an explicit
     value is one."""
     from interlayer import RobertaBridgeConfig
-    from interlayer.inspect import changed_settings
+    from interlayer.inspection import changed_settings
 
     assert changed_settings(RobertaBridgeConfig(num_hidden_layers=3)) == {}
     assert changed_settings(RobertaBridgeConfig(num_hidden_layers=3, route_last_n=2)) == {"route_last_n": (2, None)}
@@ -245,7 +246,7 @@ def deep_hc_statistics(layers: int = 30, k: int = 4) -> dict[str, float]:
 def test_hc_res_picture_of_a_deep_model_is_bounded_and_its_numbers_readable(tmp_path):
     """30 layers x (attn, mlp) of 4 x 4 matrices: a grid within 1600 x 1200 pixels (a column of 60 heatmaps was 760 x
     8700), every value written, white on dark cells and black on light ones."""
-    from interlayer.inspect import contrasting_text_colour, draw_hc_res, hc_matrices, hc_res_figure
+    from interlayer.pictures import contrasting_text_colour, draw_hc_res, hc_matrices, hc_res_figure
 
     stats = deep_hc_statistics()
     path = draw_hc_res(stats, 4, tmp_path / "hc_res.png")
@@ -265,7 +266,7 @@ def test_hc_res_picture_of_a_deep_model_is_bounded_and_its_numbers_readable(tmp_
 def test_training_curves_name_every_line():
     """Every line of a training-curve picture is in the legend (beside the axes beyond 12 lines), by its layer and
     indices."""
-    from interlayer.inspect import training_curves_figure
+    from interlayer.inspection import training_curves_figure
 
     names = [f"hc/L{layer}/attn/res_{i}_0" for layer in range(10) for i in range(2)]
     series = {name: ([1, 2, 3], [0.1, 0.2, 0.3]) for name in names}

@@ -302,7 +302,7 @@ def test_inspect_and_the_card_give_one_verdict(tmp_path):
     """An untrained hyper-connection conversion: its card says it computes the stock function to float rounding, and
     `interlayer inspect`'s check of the saved folder says yes, in the same words; an exact mechanism's say exactly."""
     from interlayer import LlamaMHCForCausalLM
-    from interlayer.inspect import check_stock_function, load_model, model_inputs
+    from interlayer.inspection import check_stock_function, load_model, model_inputs
     from interlayer.models.zoo_common import stock_function_words
 
     build_stock_llama(str(tmp_path / "stock"))

@@ -121,7 +121,7 @@ def test_run_translation_trains_two_languages_and_saves_a_model_that_translates_
         translations[language] = generated
         assert generated.shape[0] == 2
         assert isinstance(tokenizer.batch_decode(generated, skip_special_tokens=True)[0], str)
-    trained = model.model.language_decoders["fr"].layers[0].fc1.weight
+    trained = model.model.attention_bridge_decoders["fr"].layers[0].fc1.weight
     assert not torch.equal(trained, model.model.decoder.layers[0].fc1.weight)  # each decoder trained on its language
     with torch.no_grad():
         de, fr = (model(**inputs, decoder_input_ids=translations["de"], tgt_lang=lang).logits for lang in ("de", "fr"))

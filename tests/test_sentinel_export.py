@@ -218,7 +218,7 @@ def test_trained_unet_skips_refuse_stock(tmp_path):
     batch = lm_batch()
     with torch.no_grad():
         torch.testing.assert_close(to_stock(model.eval())(**batch).logits, model(**batch).logits)
-        model.model.layers[-1].unet_fuse.weight.fill_(0.01)
+        model.model.layers[-1].sentinel_unet_fuse.weight.fill_(0.01)
     with pytest.raises(ValueError, match="U-Net skips .* trained away from zero"):
         to_stock(model)
 

@@ -137,8 +137,8 @@ def test_gqa_generate_with_cache_after_pruning(llama_dir, attn_implementation):
     ).eval()
     with torch.no_grad():
         for layer in model.model.layers:
-            if layer.unet_fuse is not None:
-                layer.unet_fuse.weight.normal_(std=0.1)
+            if layer.sentinel_unet_fuse is not None:
+                layer.sentinel_unet_fuse.weight.normal_(std=0.1)
     model.prune_heads({0: [1], 1: [2, 3], 2: [0, 1, 2, 3]})
     prompt = lm_batch(lengths=(5,))["input_ids"]
     cached = model.generate(prompt, max_new_tokens=8, do_sample=False, pad_token_id=0)

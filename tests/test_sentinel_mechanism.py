@@ -152,8 +152,8 @@ def test_generate_with_cache_matches_recomputation_after_pruning(gpt2_dir):
     model = GPT2SentinelLMHeadModel.from_pretrained(gpt2_dir, identity_init=False, unet_skips=True).eval()
     with torch.no_grad():
         for block in model.transformer.h:
-            if block.unet_fuse is not None:
-                block.unet_fuse.weight.normal_(std=0.1)
+            if block.sentinel_unet_fuse is not None:
+                block.sentinel_unet_fuse.weight.normal_(std=0.1)
     model.prune_heads({0: [0, 1], 1: [3], 3: [0, 1, 2, 3]})
     prompt = lm_batch(lengths=(5,))["input_ids"]
     cached = model.generate(prompt, max_new_tokens=8, do_sample=False, pad_token_id=0)
@@ -180,13 +180,13 @@ def test_unet_skips_pair_mirror_layers_scaled_by_depth(tmp_path, layers, fused, 
     model = GPT2SentinelLMHeadModel.from_pretrained(str(tmp_path / "gpt2"), unet_skips=True, unet_skip_scale=0.5)
     model.eval()
     blocks = model.transformer.h
-    assert [b.unet_fuse is not None for b in blocks] == fused
+    assert [b.sentinel_unet_fuse is not None for b in blocks] == fused
     scales = {i: 0.5 * (layers - i) / (layers // 2) for i in sources}
     torch.manual_seed(0)
     with torch.no_grad():
         for i in sources:
-            blocks[i].unet_fuse.weight.normal_(std=0.2)
-            blocks[i].unet_fuse.bias.normal_(std=0.2)
+            blocks[i].sentinel_unet_fuse.weight.normal_(std=0.2)
+            blocks[i].sentinel_unet_fuse.bias.normal_(std=0.2)
         ids = lm_batch(lengths=(7,))["input_ids"]
         h = model.transformer.wte(ids) + model.transformer.wpe(torch.arange(7))[None]
         outs = []
@@ -195,7 +195,7 @@ def test_unet_skips_pair_mirror_layers_scaled_by_depth(tmp_path, layers, fused, 
             if i in sources:
                 enc = outs[sources[i]]
                 assert (enc - h).abs().max() > 1e-3  # never [h; h]
-                h = h + scales[i] * block.unet_fuse(torch.cat([h, enc], dim=-1))
+                h = h + scales[i] * block.sentinel_unet_fuse(torch.cat([h, enc], dim=-1))
             outs.append(h)
         expected = model.lm_head(model.transformer.ln_f(h))
         torch.testing.assert_close(model(input_ids=ids).logits, expected)

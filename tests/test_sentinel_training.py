@@ -287,7 +287,7 @@ def test_progressive_growth_grows_the_head_whose_revival_lowers_the_loss(model):
 def test_gate_heatmap_png(model, tmp_path):
     import matplotlib.image
 
-    from interlayer.inspect import draw_sentinel_gates
+    from interlayer.pictures import draw_sentinel_gates
 
     model.prune_heads({1: [2]})
     path = draw_sentinel_gates(model, str(tmp_path / "gates.png"))

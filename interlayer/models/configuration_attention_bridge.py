@@ -43,7 +43,7 @@ class AttentionBridgeFields(ZooConfigFields):
         bridge_norm_eps (`float`, defaults to 1e-6): epsilon of the bridge's norms.
         decoder_languages (`list[str]`, *optional*): one decoder per target language, sharing the encoder, the bridge,
             the embeddings and the output layer. The first language's decoder is the stock `model.decoder`; the others
-            (`model.language_decoders.<lang>`) start as copies of the stock decoder when converting a stock
+            (`model.attention_bridge_decoders.<lang>`) start as copies of the stock decoder when converting a stock
             checkpoint. The language is chosen per batch: `forward(..., tgt_lang="de")`, `generate(..., tgt_lang="de")`.
             A name is a module name: no `.`, and none of the others may be an attribute of `nn.ModuleDict` (`"to"`).
         identity_init (`bool`, defaults to `False`): start the bridge as the identity, so the converted model computes
@@ -88,13 +88,13 @@ class AttentionBridgeFields(ZooConfigFields):
                     f"`decoder_languages` names become module names, which cannot contain '.': got {dotted[0]!r} "
                     f"(use {dotted[0].replace('.', '_')!r})."
                 )
-            # the further languages' decoders are `language_decoders.<lang>` (the saved weights' names); torch cannot
-            # register a module under a name its `nn.ModuleDict` already has as an attribute
+            # the further languages' decoders are `attention_bridge_decoders.<lang>` (the saved weights' names); torch
+            # cannot register a module under a name its `nn.ModuleDict` already has as an attribute
             taken = [x for x in languages[1:] if hasattr(nn.ModuleDict(), x)]
             if taken:
                 raise ValueError(
                     f"`decoder_languages`: {taken[0]!r} cannot name a further decoder "
-                    f"(`language_decoders.{taken[0]}`): it is an attribute of torch's nn.ModuleDict. Name that "
+                    f"(`attention_bridge_decoders.{taken[0]}`): it is an attribute of torch's nn.ModuleDict. Name that "
                     f"language otherwise (such as {taken[0] + '_'!r}), or make it the first language, whose decoder "
                     f"is the stock `decoder`; got {languages!r}."
                 )

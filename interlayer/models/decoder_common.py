@@ -31,7 +31,7 @@ from .zoo_common import (
 
 
 class FreezeBaseMixin(ZooModelMixin):
-    """`config.freeze_base`: only the mechanism's parameters (`mechanism_param_markers`) require gradients, also
+    """`config.freeze_base`: only the mechanism's parameters (`is_mechanism_parameter`) require gradients, also
     after `from_pretrained` (loading resets `requires_grad`)."""
 
     def finish_loading(self, info: dict) -> None:

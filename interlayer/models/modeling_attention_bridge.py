@@ -15,8 +15,8 @@ layers before the decoders' cross-attention:
 Padding is masked in every attention over the source (scores of padded positions are set to the dtype's minimum, so
 they get exactly zero weight); position-wise layers do not mix positions. A fixed-length bridge gives the decoder
 `r = bridge_fixed_length` slots, so its cross-attention takes no mask; a variable-length bridge keeps the source
-mask. The bridge runs inside the encoder (`model.encoder.bridge`), so `generate()` computes and caches its output
-once as the encoder memory.
+mask. The bridge runs inside the encoder (`model.encoder.attention_bridge`), so `generate()` computes and caches its
+output once as the encoder memory.
 
 The mechanism is written once against the three roles a seq2seq family plays, each a mixin put before a stock class:
 the encoder output (`AttentionBridgeEncoderMixin`: the stock encoder, then the bridge), the decoders'
@@ -350,7 +350,7 @@ class AttentionBridgeEncoderMixin(AttentionBridgeInitMixin):
 
     def __init__(self, config):
         super().__init__(config)
-        self.bridge = AttentionBridge(config)
+        self.attention_bridge = AttentionBridge(config)
 
     def forward(
         self, input_ids=None, attention_mask=None, inputs_embeds=None, tgt_lang=None, return_dict=None, **kwargs
@@ -361,7 +361,7 @@ class AttentionBridgeEncoderMixin(AttentionBridgeInitMixin):
         kwargs["return_dict"] = True
         out = super().forward(input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs)
         keep = attention_mask.bool() if attention_mask is not None and attention_mask.dim() == 2 else None
-        memory, _ = self.bridge(out.last_hidden_state, keep)
+        memory, _ = self.attention_bridge(out.last_hidden_state, keep)
         output = BaseModelOutput(last_hidden_state=memory, hidden_states=out.hidden_states, attentions=out.attentions)
         return output.to_tuple() if return_dict is False else output
 
@@ -421,7 +421,12 @@ class AttentionBridgePreTrainedMixin(AttentionBridgeInitMixin, ZooModelMixin):
     """Init, language decoders, statistics and card text shared by the bridged seq2seq models."""
 
     mechanism_name = "Attention bridge"
-    mechanism_param_markers = ("encoder.bridge.", "language_decoders.")
+    mechanism_param_prefix = "attention_bridge"
+    # the names until 2026-11-24, when they were named under the mechanism's prefix (apart from the bridges' `bridge`)
+    renamed_parameters = {
+        "encoder.bridge": "encoder.attention_bridge",
+        "language_decoders": "attention_bridge_decoders",
+    }
 
     @property
     def seq2seq(self) -> nn.Module:
@@ -434,8 +439,8 @@ class AttentionBridgePreTrainedMixin(AttentionBridgeInitMixin, ZooModelMixin):
         stock decoder."""
         super().finish_loading(info)
         owner = self.seq2seq
-        for language, decoder in owner.language_decoders.items():
-            if any(f"language_decoders.{language}." in k for k in info["missing_keys"]):
+        for language, decoder in owner.attention_bridge_decoders.items():
+            if any(f"attention_bridge_decoders.{language}." in k for k in info["missing_keys"]):
                 decoder.load_state_dict(owner.decoder.state_dict())
 
     def mechanism_summary(self) -> str:
@@ -453,7 +458,7 @@ class AttentionBridgePreTrainedMixin(AttentionBridgeInitMixin, ZooModelMixin):
         )
         return (
             f"An attention bridge (interlayer, seed 004) between the encoder and the decoders: {layers}, giving the "
-            f"decoders {memory}. {languages}Stock weight names; the bridge is `encoder.bridge`. Log "
+            f"decoders {memory}. {languages}Stock weight names; the bridge is `encoder.attention_bridge`. Log "
             "`mechanism_stats()` (or use `interlayer.callbacks.MechanismStatsCallback`) to watch the slots' attention "
             "over the source (entropy, coverage)."
         )
@@ -466,7 +471,7 @@ class AttentionBridgePreTrainedMixin(AttentionBridgeInitMixin, ZooModelMixin):
         """The attention of each slot of a fixed-length bridge layer over the source tokens, `[batch, slots, source]`
         (the first fixed-length layer unless `layer` is given)."""
         encoder = self.seq2seq.encoder
-        layers = encoder.bridge.layers
+        layers = encoder.attention_bridge.layers
         fixed = [i for i, m in enumerate(layers) if m.fixed_length]
         if layer is None and not fixed:
             raise ValueError(f"this bridge ({self.config.bridge_layers}) has no fixed-length layer to show")
@@ -486,9 +491,9 @@ class AttentionBridgePreTrainedMixin(AttentionBridgeInitMixin, ZooModelMixin):
 class AttentionBridgeSeq2SeqMixin(AttentionBridgePreTrainedMixin):
     """A stock class that owns the encoder and the decoder (a base model, or an LM without one, such as T5's): its
     encoder becomes the family's `encoder_class` (the bridge after the stock encoder) and its decoder the
-    `decoder_class`, and with `decoder_languages` one more decoder per further language (`language_decoders`). Each
-    is built from the config the stock class gave the part it replaces (T5 gives its encoder and decoder their own
-    copies). Put before the stock class."""
+    `decoder_class`, and with `decoder_languages` one more decoder per further language (`attention_bridge_decoders`).
+    Each is built from the config the stock class gave the part it replaces (T5 gives its encoder and decoder their
+    own copies). Put before the stock class."""
 
     encoder_class: type
     decoder_class: type
@@ -499,10 +504,10 @@ class AttentionBridgeSeq2SeqMixin(AttentionBridgePreTrainedMixin):
         self.encoder = self.encoder_class(self.encoder.config)
         self.decoder = self.decoder_class(self.decoder.config)
         languages = list(config.decoder_languages or [])
-        self.language_decoders = nn.ModuleDict(
+        self.attention_bridge_decoders = nn.ModuleDict(
             {lang: self.decoder_class(self.decoder.config) for lang in languages[1:]}
         )
-        self.decoder.bind_language_decoders(self.language_decoders)
+        self.decoder.bind_language_decoders(self.attention_bridge_decoders)
         self._tied_weights_keys = {**(self._tied_weights_keys or {}), **language_ties(config, self, prefix="")}
         config.gradient_checkpointing = checkpointing
         self.post_init()
@@ -514,7 +519,7 @@ def language_ties(config, owner, prefix: str) -> dict[str, str]:
     languages = list(config.decoder_languages or [])[1:]
     shared = getattr(owner, "shared", None) is not None
     source = f"{prefix}shared.weight" if shared else f"{prefix}decoder.embed_tokens.weight"
-    return {f"{prefix}language_decoders.{lang}.embed_tokens.weight": source for lang in languages}
+    return {f"{prefix}attention_bridge_decoders.{lang}.embed_tokens.weight": source for lang in languages}
 
 
 class AttentionBridgeLMMixin(AttentionBridgePreTrainedMixin):

@@ -719,7 +719,7 @@ class BridgePreTrainedMixin(ZooModelMixin):
     """Init and conventions shared by every bridged model (put before the family's PreTrainedModel)."""
 
     mechanism_name = "Cross-layer bridges"
-    mechanism_param_markers = ("bridge",)
+    mechanism_param_prefix = "bridge"  # the bridge of a target layer (`bridge`) and the router (`bridge_router`)
 
     @torch.no_grad()
     def _init_weights(self, module):

@@ -635,7 +635,7 @@ class HCPreTrainedMixin(FreezeBaseMixin):
     """Init, freezing, statistics and card text shared by every hyper-connection model (put before the stock class)."""
 
     mechanism_name = "Hyper-connections"
-    mechanism_param_markers = ("hc_",)
+    mechanism_param_prefix = "hc_"
     # the identity init holds to float rounding only: the coefficients (read-in weights summing to 1, Sinkhorn rows) are
     # computed, not stored, and the streams are mixed in another order than the stock residual sums (docs/matrix.md)
     stock_function_tolerance = 1e-4

@@ -223,7 +223,7 @@ class LatentPreTrainedMixin(FreezeBaseMixin):
     """Init, statistics and card text shared by every latent back-projection model (put before the stock class)."""
 
     mechanism_name = "Latent back-projection"
-    mechanism_param_markers = ("latent_",)
+    mechanism_param_prefix = "latent_"
     # what a serving engine's transformers backend asks (`is_backend_compatible()`): not this model, which it would
     # serve wrong tokens with
     _supports_attention_backend = False

@@ -424,16 +424,16 @@ class UNetSkipMixin:
 
     def setup_unet(self, config, layer_idx: int) -> None:
         self.unet_source = unet_skip_source(config, layer_idx)
-        self.unet_fuse = None
+        self.sentinel_unet_fuse = None
         if self.unet_source is not None:
-            self.unet_fuse = UNetSkipFusion(config.hidden_size)
+            self.sentinel_unet_fuse = UNetSkipFusion(config.hidden_size)
             self.unet_scale = unet_skip_scale(config, layer_idx)
 
     def apply_unet(self, hidden_states: torch.Tensor, skip: torch.Tensor | None) -> torch.Tensor:
-        if self.unet_fuse is None:
+        if self.sentinel_unet_fuse is None:
             return hidden_states
         # seed section 2.2: h'_dec = h_dec + s_i * Linear([h_dec; h_enc]); the fusion starts at zero
-        return hidden_states + self.unet_scale * self.unet_fuse(torch.cat([hidden_states, skip], dim=-1))
+        return hidden_states + self.unet_scale * self.sentinel_unet_fuse(torch.cat([hidden_states, skip], dim=-1))
 
 
 class GPT2SentinelBlock(UNetSkipMixin, GPT2Block):
@@ -510,7 +510,8 @@ class SentinelPreTrainedMixin(ZooModelMixin):
     its attention heads."""
 
     mechanism_name = "Sentinel gates"
-    mechanism_param_markers = ("sentinel_", "unet_")
+    mechanism_param_prefix = "sentinel_"  # the gates and the mask (`sentinel_gate_logits`), the U-Net skip fusions
+    renamed_parameters = {"unet_fuse": "sentinel_unet_fuse"}  # the fusions' name until 2026-11-24
     family: DecoderFamily | EncoderFamily
     # why the family's stock attention cannot take fewer heads of the same size from its config (empty: it can, with
     # the config's `head_dim`)
@@ -652,7 +653,8 @@ class SentinelPreTrainedMixin(ZooModelMixin):
         them)."""
         c, name = self.config, type(self).__name__
         family = f"stock {c.sentinel_family}"
-        fusions = [f for f in (getattr(layer, "unet_fuse", None) for layer in self.sentinel_layers) if f is not None]
+        fusions = [getattr(layer, "sentinel_unet_fuse", None) for layer in self.sentinel_layers]
+        fusions = [f for f in fusions if f is not None]
         if any(bool(f.weight.any() or f.bias.any()) for f in fusions):
             raise ValueError(
                 f"{name} cannot be exported as a {family} checkpoint: its U-Net skips (unet_skips=True) have been "

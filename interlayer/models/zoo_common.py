@@ -32,7 +32,7 @@ from huggingface_hub.dataclasses import strict
 from huggingface_hub.errors import StrictDataclassError
 from torch import nn
 from transformers.conversion_mapping import register_checkpoint_conversion_mapping
-from transformers.core_model_loading import ConversionOps, WeightConverter
+from transformers.core_model_loading import ConversionOps, WeightConverter, WeightRenaming
 from transformers.masking_utils import create_causal_mask
 from transformers.utils import logging as hf_logging
 
@@ -396,15 +396,27 @@ class _HeldRecords(logging.Filter):
             self.logger.handle(record)
 
 
+def has_parameter_prefix(name: str, prefix: str) -> bool:
+    """Whether a component of the dotted parameter name `name` starts with the mechanism's parameter `prefix`
+    (`hc_` names `model.layers.0.hc_attn.res` and `model.hc_read_out`; never a stock weight, whose components are the
+    stock modules' names). The one test of which tensors are a mechanism's, as PEFT tells an adapter's by `lora_`."""
+    return bool(prefix) and any(part.startswith(prefix) for part in name.split("."))
+
+
 class ZooModelMixin:
     """Model behaviour shared by the zoo: statistics, trainable-parameter report, model card on save.
 
-    A mechanism sets `mechanism_name` (card title), `mechanism_param_markers` (substrings that name its own
-    parameters, as PEFT names adapters) and implements `mechanism_summary()` (markdown for the card).
+    A mechanism sets `mechanism_name` (card title), `mechanism_param_prefix` (the start of a name component of every
+    parameter of its own, as PEFT names an adapter's with `lora_`; see `is_mechanism_parameter`) and implements
+    `mechanism_summary()` (markdown for the card).
     """
 
     mechanism_name: ClassVar[str] = ""
-    mechanism_param_markers: ClassVar[tuple[str, ...]] = ()
+    mechanism_param_prefix: ClassVar[str] = ""
+    # `{old: new}` names (dotted, whole components) of modules renamed since checkpoints were saved with the old
+    # names: such a checkpoint loads, bit for bit, its tensors renamed (`from_pretrained`'s `key_mapping`), and a
+    # re-save writes the new names
+    renamed_parameters: ClassVar[dict[str, str]] = {}
     pipeline_tag: ClassVar[str | None] = "feature-extraction"  # a base model; task heads name their pipeline
     # how far an untrained conversion with `identity_init=True` may be from the stock function, relative to the largest
     # output magnitude in float32: 0 for a mechanism that computes it bit for bit (`stock_function_words`)
@@ -440,10 +452,19 @@ class ZooModelMixin:
     @classmethod
     def _load(cls, source, pretrained_model_name_or_path, *args, **kwargs):
         want_info = kwargs.pop("output_loading_info", False)
+        renames = {rf"(?<!\w){re.escape(old)}(?!\w)": new for old, new in cls.renamed_parameters.items()}
+        if renames:
+            kwargs["key_mapping"] = {**renames, **(kwargs.get("key_mapping") or {})}
         with _HeldRecords("transformers.modeling_utils", "LOAD REPORT") as load_report:
             model, info = super().from_pretrained(
                 pretrained_model_name_or_path, *args, output_loading_info=True, **kwargs
             )
+        if renames:  # transformers re-saves a renamed checkpoint under its old names: these keep the new ones
+            model._weight_conversions = [
+                c
+                for c in getattr(model, "_weight_conversions", None) or []
+                if not (isinstance(c, WeightRenaming) and c._original_source_patterns[0] in renames)
+            ]
         model.finish_loading(info)
         if getattr(model.config, "base_model_name_or_path", None) == str(source):
             model.config.base_model_name_or_path = _recorded_source(source)
@@ -459,8 +480,7 @@ class ZooModelMixin:
     def _report_conversion(self, source, info: dict) -> None:
         """One line for what the conversion added (the mechanism's tensors are expected to be missing from a stock
         checkpoint, so transformers' load report of them is dropped); real problems are still warned about."""
-        markers = self.mechanism_param_markers
-        added = [k for k in info["missing_keys"] if any(m in k for m in markers)]
+        added = [k for k in info["missing_keys"] if self.is_mechanism_parameter(k)]
         others = sorted(k for k in info["missing_keys"] if k not in added)
         sizes = dict(self.named_parameters())
         count = sum(sizes[k].numel() for k in added if k in sizes)
@@ -492,7 +512,7 @@ class ZooModelMixin:
         if recorded is None:
             return False
         tensors = dict(self.named_parameters()) if state_dict is None else state_dict
-        mechanism_first = sorted(recorded, key=lambda n: not any(m in n for m in self.mechanism_param_markers))
+        mechanism_first = sorted(recorded, key=lambda n: not self.is_mechanism_parameter(n))
         for name in mechanism_first:  # a trained model usually differs in its (small) mechanism tensors: stop there
             tensor = tensors.get(name)
             if tensor is None or (tuple(tensor.shape), tensor_checksum(tensor)) != recorded[name]:
@@ -540,8 +560,15 @@ class ZooModelMixin:
                 siblings[value._auto_class] = f"{module.__name__.split('.')[-1]}.{value.__name__}"
         return siblings
 
+    @classmethod
+    def is_mechanism_parameter(cls, name: str) -> bool:
+        """Whether the parameter or checkpoint tensor `name` is the mechanism's (`has_parameter_prefix` with
+        `mechanism_param_prefix`): freezing the base, the parameter report, a conversion's report, the learning-rate
+        groups and the conformance suite all ask this."""
+        return has_parameter_prefix(name, cls.mechanism_param_prefix)
+
     def mechanism_parameter_names(self) -> list[str]:
-        return [n for n, _ in self.named_parameters() if any(m in n for m in self.mechanism_param_markers)]
+        return [n for n, _ in self.named_parameters() if self.is_mechanism_parameter(n)]
 
     def mechanism_stats(self, reset: bool = True, split: str | None = None) -> dict[str, float]:
         """Statistics gathered since the last reset, averaged over forward passes, as `{name: float}`.

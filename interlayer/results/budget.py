@@ -17,15 +17,14 @@ LAYER_INDEX = re.compile(r"\.(\d+)\.")
 
 
 def mechanism_parameters(model) -> dict[str, torch.nn.Parameter]:
-    markers = model.mechanism_param_markers
-    return {name: p for name, p in model.named_parameters() if any(m in name for m in markers)}
+    return {name: p for name, p in model.named_parameters() if model.is_mechanism_parameter(name)}
 
 
 def head_parameters(model) -> dict[str, torch.nn.Parameter]:
     """The task head's parameters: those outside the base model and not the mechanism's, minus an LM head tied to
     the input embeddings (it is the base model's)."""
     prefix = model.base_model_prefix + "."
-    mechanism = mechanism_parameters(model) if hasattr(model, "mechanism_param_markers") else {}
+    mechanism = mechanism_parameters(model) if hasattr(model, "is_mechanism_parameter") else {}
     tied = {id(p) for name, p in model.named_parameters() if name.startswith(prefix)}
     return {
         name: p

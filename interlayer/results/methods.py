@@ -54,12 +54,11 @@ def build(method: Method, checkpoint: str, budget_method: Method, seed: int, aut
     details: dict = {}
     if method.mechanism is not None:
         model, _ = convert(checkpoint, method.mechanism, **method.convert_kwargs, **method.options)
-        markers = model.mechanism_param_markers
         head = set(head_parameters(model))
         for name, p in model.named_parameters():
-            mine = any(m in name for m in markers)
+            mine = model.is_mechanism_parameter(name)
             p.requires_grad_(mine or name in head or method.trains == "mechanism+base")
-        classify = lambda name: "new" if any(m in name for m in markers) else "head" if name in head else "base"  # noqa: E731
+        classify = lambda name: "new" if model.is_mechanism_parameter(name) else "head" if name in head else "base"  # noqa: E731
         return model.float(), classify, details
     model = auto_class.from_pretrained(checkpoint, dtype=torch.float32, **kw)
     head = set(head_parameters(model))
