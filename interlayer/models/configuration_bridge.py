@@ -71,7 +71,8 @@ class BridgeFields(ZooConfigFields):
             from; `"auto"` uses `token_type_ids` when they are given and not all zero, else separator positions.
         hdim_mask_special_tokens (`bool`, defaults to `False`): CLS/SEP tokens are never sources.
         hdim_chunk_size (`int`, defaults to 32): target tokens scored at once, so the pairwise tensors never exceed
-            `B x chunk x S x hidden`; results are identical for every chunk size.
+            `B x chunk x S x hidden`; results are identical for every chunk size (an exported graph, which cannot
+            hold a number of chunks that depends on the length, scores every target token at once).
         hdim_recompute (`bool`, defaults to `True`): in training, recompute the 4-term scorer's pairwise
             activations in backward instead of storing them (only the `B x S x S` logits are kept).
 

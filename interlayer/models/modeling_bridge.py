@@ -248,11 +248,14 @@ class HDIMMessage(nn.Module):
             logits = 10.0 * F.normalize(z_tgt, dim=-1) @ F.normalize(z_src, dim=-1).transpose(1, 2)
         else:
             recompute = self.recompute and torch.is_grad_enabled()
+            # an exported graph (torch.export, torch.onnx.export) cannot hold a number of chunks that depends on the
+            # sequence length: it scores every target token at once (the same logits, the memory of one chunk of S)
+            parts = (z_tgt,) if torch.compiler.is_exporting() else z_tgt.split(self.chunk_size, dim=1)
             chunks = [
                 checkpoint(self._score_4term, part, z_src, use_reentrant=False)
                 if recompute
                 else self._score_4term(part, z_src)
-                for part in z_tgt.split(self.chunk_size, dim=1)
+                for part in parts
             ]
             logits = chunks[0] if len(chunks) == 1 else torch.cat(chunks, dim=1)
         if self.token_temp is not None:
@@ -585,9 +588,10 @@ class BridgeStackMixin:
     @staticmethod
     def _gather(per_layer: list[torch.Tensor], route_index: torch.Tensor) -> torch.Tensor:
         """Each example's routed entries of a per-layer list of (B, S, H) tensors -> (B * k, S, H).
-        index_select keeps only indices for backward (an index_add), not a copy of every earlier layer."""
+        index_select keeps only indices for backward (an index_add), not a copy of every earlier layer. The batch size
+        is read as `shape[0]`, not `len()` (a Python int), so that an exported graph keeps it dynamic."""
         count = len(per_layer)
-        flat_index = route_index + count * torch.arange(len(route_index), device=route_index.device)[:, None]
+        flat_index = route_index + count * torch.arange(route_index.shape[0], device=route_index.device)[:, None]
         return torch.stack(per_layer, dim=1).flatten(0, 1).index_select(0, flat_index.flatten())
 
     def bridged_forward(
