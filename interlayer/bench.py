@@ -275,7 +275,8 @@ def tensor_bytes(tensor) -> int:
 
 def memory_traffic():
     """A context whose `.bytes` sums, over every aten operation run inside it (forward and backward), the bytes of its
-    tensor arguments and results, views excluded (they move nothing): the memory traffic of the eager operations,
+    tensor arguments and results, and whose `.ops` counts those operations (a GPU launches a kernel for each), views
+    excluded (they move nothing and launch nothing): the memory traffic of the eager operations,
     each read from and written to memory in full. Fusion (a compiled graph, a GPU kernel) keeps some of it in
     registers, so this is an upper bound; the difference between a model and its stock model is what a memory-bound
     device pays for the mechanism when nothing is fused."""
@@ -285,12 +286,14 @@ def memory_traffic():
 
     class Traffic(TorchDispatchMode):
         bytes = 0
+        ops = 0
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
             if not func.is_view:
                 tensors = [t for t in tree_leaves((args, kwargs, out)) if isinstance(t, torch.Tensor)]
                 self.bytes += sum(tensor_bytes(t) for t in tensors if t.layout == torch.strided)
+                self.ops += 1
             return out
 
     return Traffic()
@@ -306,19 +309,20 @@ def training_bytes(model, inputs: dict) -> int:
     return traffic.bytes
 
 
-def decoding_bytes(model, prompt, new_tokens: int = 4) -> float:
-    """`memory_traffic` of one decoded token with the KV cache: greedy generation of `1 + new_tokens` tokens minus
-    that of 1 (the prompt's forward), over `new_tokens`."""
+def decoding_traffic(model, prompt, new_tokens: int = 4) -> dict:
+    """`memory_traffic` of one decoded token with the KV cache, `{"bytes": ..., "ops": ...}`: greedy generation of
+    `1 + new_tokens` tokens minus that of 1 (the prompt's forward), over `new_tokens`."""
     import torch
 
     def generated(n):
         kwargs = dict(max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0)
         with torch.no_grad(), memory_traffic() as traffic:
             model.generate(prompt, **kwargs)
-        return traffic.bytes
+        return traffic
 
     model.eval()
-    return (generated(1 + new_tokens) - generated(1)) / new_tokens
+    more, one = generated(1 + new_tokens), generated(1)
+    return {"bytes": (more.bytes - one.bytes) / new_tokens, "ops": (more.ops - one.ops) / new_tokens}
 
 
 def attention_modules(model) -> list[str]:
@@ -575,7 +579,9 @@ def measure_case(
         record["train_flops"] = {"stock": training_flops(stock, inputs), "model": training_flops(model, inputs)}
         record["train_bytes"] = {"stock": training_bytes(stock, inputs), "model": training_bytes(model, inputs)}
     if prompt is not None:
-        record["decode_bytes"] = {"stock": decoding_bytes(stock, prompt), "model": decoding_bytes(model, prompt)}
+        traffic = {"stock": decoding_traffic(stock, prompt), "model": decoding_traffic(model, prompt)}
+        record["decode_bytes"] = {who: counted["bytes"] for who, counted in traffic.items()}
+        record["decode_ops"] = {who: counted["ops"] for who, counted in traffic.items()}
     text = stock.config.get_text_config()
     value_bytes = next(stock.parameters()).element_size()
     record["per_token_layer"] = {
@@ -712,30 +718,30 @@ def markdown_table(records: list[dict]) -> str:
 
 def traffic_table(records: list[dict]) -> str:
     """One row per case with counted memory traffic (`memory_traffic`): the bytes of a training step (forward and
-    backward) and of a decoded token over stock's, and the extra bytes per token and layer in hidden vectors (one
-    vector: hidden size x bytes per value), what a memory-bound device pays for the mechanism unfused."""
+    backward) and of a decoded token over stock's, the extra bytes per token and layer in hidden vectors (one vector:
+    hidden size x bytes per value), what a memory-bound device pays for the mechanism unfused, and the operations
+    (kernel launches on a GPU) per decoded token, model and stock."""
     rows = [r for r in records if "train_bytes" in r or "decode_bytes" in r]
     if not rows:
         return ""
     lines = [
         "| case | class | training bytes ratio | extra vectors per token and layer (training) | decoding bytes ratio "
-        "| extra vectors per decoded token and layer |",
-        "| --- | --- | ---: | ---: | ---: | ---: |",
+        "| extra vectors per decoded token and layer | operations per decoded token (stock) |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
         shape = r["per_token_layer"]
         vector = shape["hidden_size"] * shape["bytes"] * shape["layers"]
         cells = []
-        for key, tokens in (
-            ("train_bytes", r["train_batch"][0] * r["train_batch"][1] if "train_batch" in r else 0),
-            ("decode_bytes", 1),
-        ):
+        for key, tokens in (("train_bytes", r["train_batch"][0] * r["train_batch"][1]), ("decode_bytes", 1)):
             counted = r.get(key)
             if counted is None:
                 cells += ["-", "-"]
                 continue
             extra = (counted["model"] - counted["stock"]) / (tokens * vector)
             cells += [f"{counted['model'] / counted['stock']:.2f}x", f"{extra:.1f}"]
+        ops = r.get("decode_ops")
+        cells.append(f"{ops['model']:.0f} ({ops['stock']:.0f})" if ops else "-")
         lines.append(f"| {r['case']} | {r['class']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -175,11 +175,11 @@ def test_memory_traffic_counts_what_each_operation_reads_and_writes():
     a, b = torch.ones(4, 8), torch.ones(8)
     with memory_traffic() as traffic:
         a + b  # reads 4 x 8 and 8 values, writes 4 x 8
-    assert traffic.bytes == 4 * (32 + 8 + 32)
+    assert traffic.bytes == 4 * (32 + 8 + 32) and traffic.ops == 1
     with memory_traffic() as traffic:
         a.view(8, 4).t()
         b.expand(4, 8) * 2.0  # the expanded operand is read as its 8 values
-    assert traffic.bytes == 4 * (8 + 32)
+    assert traffic.bytes == 4 * (8 + 32) and traffic.ops == 1
     w = torch.ones(4, 8, requires_grad=True)
     with memory_traffic() as forward_only:
         (w * 3.0).sum()
@@ -198,6 +198,7 @@ def test_traffic_of_hyper_connections_is_their_k_streams(tmp_path):
     assert hc["train_bytes"]["model"] > hc["train_bytes"]["stock"] > 0
     assert hc["decode_bytes"]["model"] > hc["decode_bytes"]["stock"] > 0
     assert "train_bytes" not in pruned and 0 < pruned["decode_bytes"]["model"] < pruned["decode_bytes"]["stock"]
+    assert hc["decode_ops"]["model"] > hc["decode_ops"]["stock"] > 0  # the streams' read-in, write and mixing
     rows = table_rows((out / "bench.md").read_text(), "| training bytes ratio |")
     cells = {row.split("|")[1].strip(): [c.strip() for c in row.strip("|").split("|")] for row in rows[1:]}
     shape = hc["per_token_layer"]
@@ -208,6 +209,7 @@ def test_traffic_of_hyper_connections_is_their_k_streams(tmp_path):
         f"{extra:.1f}",
     ]
     assert cells["sentinel-prune-70"][2:4] == ["-", "-"]
+    assert cells["hc-static"][6] == f"{hc['decode_ops']['model']:.0f} ({hc['decode_ops']['stock']:.0f})"
 
 
 @pytest.mark.parametrize(
