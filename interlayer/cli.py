@@ -73,14 +73,6 @@ def cmd_prune(args) -> int:
     model, task = load_sentinel(args.model)
     model.eval()
     c = model.config
-    removes = round(args.fraction * (c.num_kv_heads if args.uniform else c.num_hidden_layers * c.num_attention_heads))
-    if args.stock and model.stock_head_count_limit and (c.pruned_heads or removes):
-        # refused before scoring heads (which can take long): any pruned head leaves this family without a stock config
-        raise ValueError(
-            f"--stock: a pruned {c.sentinel_family} model has no stock config ({model.stock_head_count_limit}, and "
-            "transformers 5 has no `prune_heads`); save the pruned model without --stock, or export the unpruned one "
-            "(--fraction 0)"
-        )
     batches = None
     if args.strategy in ("entropy", "importance", "flap"):
         if not args.text_file:
@@ -106,6 +98,11 @@ def cmd_prune(args) -> int:
     print(f"  heads removed in total: {removed} of {total} ({100 * removed / total:.1f}% of attention heads)")
     print(f"  parameters: {before:,} -> {model.parameter_report()['total']:,}")
     kind = f"stock {c.sentinel_family} checkpoint (gates folded into the output projections)" if args.stock else ""
+    if args.stock and model.stock_head_count_limit and removed:
+        kind += (
+            f"; its {removed} pruned heads are zero heads in it ({model.stock_head_count_limit}), so it computes the "
+            "pruned model's function at the unpruned model's cost"
+        )
     print(f"  saved: {saved} {kind}".rstrip())
     return 0
 
@@ -316,8 +313,8 @@ def build_parser() -> argparse.ArgumentParser:
     prune.add_argument(
         "--stock",
         action="store_true",
-        help="save a stock checkpoint of the family (gates folded into the output projections; no remote code); "
-        "needs a uniformly pruned Llama, Qwen2 or Qwen3, or an unpruned model of any family",
+        help="save a stock checkpoint of the family (gates folded into the output projections; no remote code): "
+        "Llama, Qwen2 and Qwen3 pruned with --uniform; GPT-2, BERT and RoBERTa with their pruned heads as zero heads",
     )
     prune.add_argument("--overwrite", action="store_true")
     prune.set_defaults(func=cmd_prune)

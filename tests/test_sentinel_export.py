@@ -163,22 +163,31 @@ def test_prune_from_the_shell_takes_a_saved_sentinel_folder_of_any_family(tmp_pa
         torch.testing.assert_close(stock(**batch).logits, model(**batch).logits)
 
 
-def test_pruned_gpt2_refuses_stock_saying_why(tmp_path, capsys):
-    """Stock GPT-2 derives its head size as n_embd / n_head, so a GPT-2 with fewer heads has no stock config: the
-    export is refused with that reason, from Python and from the shell (before any head is scored), and nothing is
-    written."""
+def test_pruned_gpt2_exports_as_stock_with_its_pruned_heads_zero(tmp_path, capsys):
+    """Stock GPT-2 derives its head size as n_embd / n_head, so fewer heads of the same size have no stock config:
+    a pruned GPT-2 (any pattern, a layer with no head left included) leaves with every pruned head put back as a zero
+    head, loaded by `GPT2LMHeadModel` in a fresh process with the stock head count, logits equal the pruned zoo
+    model's; from the shell, which says what the folder is."""
     model = converted(tmp_path, "gpt2")
-    prune_by_strategy(model, 0.5, "magnitude", uniform=True)
-    with pytest.raises(ValueError, match=r"keep 2 of 4 heads.*GPT2Attention derives its head size as n_embd / n_head"):
-        to_stock(model)
+    trained_gates(model)
+    model.prune_heads({0: [1, 3], 1: [0, 1, 2, 3]})
+    batch = lm_batch()
+    with torch.no_grad():
+        expected = model(**batch).logits
+    export_stock(model, str(tmp_path / "stock"))
+    config = assert_stock_folder(tmp_path / "stock", "gpt2")
+    assert config["n_head"] == 4
+    torch.testing.assert_close(fresh_process_logits(tmp_path / "stock", "GPT2LMHeadModel", batch, tmp_path), expected)
+    stock = GPT2LMHeadModel.from_pretrained(str(tmp_path / "stock"))
+    head = stock.config.n_embd // 4
+    c_proj = stock.transformer.h[0].attn.c_proj.weight  # Conv1D: (in, out), input rows grouped by head
+    assert not c_proj[head : 2 * head].any() and not c_proj[3 * head :].any() and c_proj[:head].any()
+    assert not stock.transformer.h[1].attn.c_proj.weight.any()
+
     args = ["--strategy", "magnitude", "--fraction", "0.5", "--uniform", "--stock"]
-    assert main(["prune", str(tmp_path / "gpt2"), str(tmp_path / "out"), *args]) == 2
-    assert "n_embd / n_head" in capsys.readouterr().err
-    # refused before heads are scored on data (the text file is never read)
-    args = ["--strategy", "importance", "--text-file", str(tmp_path / "absent.txt"), "--fraction", "0.5", "--stock"]
-    assert main(["prune", str(tmp_path / "gpt2"), str(tmp_path / "out"), *args]) == 2
-    assert "a pruned gpt2 model has no stock config (the stock GPT2Attention" in capsys.readouterr().err
-    assert not (tmp_path / "out").exists()
+    assert main(["prune", str(tmp_path / "gpt2"), str(tmp_path / "out"), *args]) == 0
+    assert "pruned heads are zero heads in it" in capsys.readouterr().out
+    assert_stock_folder(tmp_path / "out", "gpt2")
 
 
 def test_unpruned_gpt2_with_trained_gates_exports_as_stock(tmp_path):
@@ -269,10 +278,10 @@ def test_attention_bridges_leave_only_as_the_identity(tmp_path):
 
 
 @pytest.mark.parametrize("family, build", [("bert", build_stock_bert), ("roberta", build_stock_roberta)])
-def test_encoders_leave_unpruned_and_refuse_pruned(tmp_path, family, build, capsys):
+def test_encoders_leave_as_stock_pruned_or_not(tmp_path, family, build, capsys):
     """A BERT or RoBERTa classifier with trained gates leaves as its stock class (gates folded into
-    attention.output.dense), logits equal; pruned, it is refused (the stock head size is hidden_size /
-    num_attention_heads), from the shell too."""
+    attention.output.dense), logits equal; pruned (the stock head size is hidden_size / num_attention_heads), with
+    its pruned heads zero at the stock head count, logits equal, from the shell too."""
     build(str(tmp_path / family))
     model, _ = convert(str(tmp_path / family), "sentinel")
     model.eval()
@@ -282,9 +291,15 @@ def test_encoders_leave_unpruned_and_refuse_pruned(tmp_path, family, build, caps
     assert type(stock).__name__ == f"{type(stock.base_model).__name__[:-5]}ForSequenceClassification"
     with torch.no_grad():
         torch.testing.assert_close(stock(**batch).logits, model(**batch).logits)
+    model.prune_heads({0: [0, 2], 1: [1]})
+    stock = to_stock(model)
+    assert stock.config.num_attention_heads == model.config.num_attention_heads
+    with torch.no_grad():
+        torch.testing.assert_close(stock(**batch).logits, model(**batch).logits)
     args = ["--strategy", "magnitude", "--fraction", "0.5", "--uniform", "--stock"]
-    assert main(["prune", str(tmp_path / family), str(tmp_path / "out"), *args]) == 2
-    assert "hidden_size / num_attention_heads" in capsys.readouterr().err
+    assert main(["prune", str(tmp_path / family), str(tmp_path / "out"), *args]) == 0
+    assert "hidden_size / num_attention_heads" in capsys.readouterr().out
+    assert AutoModelForSequenceClassification.from_pretrained(str(tmp_path / "out")).config.model_type == family
     assert main(["prune", str(tmp_path / family), str(tmp_path / "zoo"), *args[:-1]]) == 0
     pruned = AutoModelForSequenceClassification.from_pretrained(str(tmp_path / "zoo"))
     assert {a.num_heads for a in pruned.gated_attentions} == {2}

@@ -95,6 +95,15 @@ def _head_features(heads: torch.Tensor, head_dim: int) -> torch.Tensor:
     return (heads[:, None] * head_dim + torch.arange(head_dim, device=heads.device)).flatten()
 
 
+def _scaled_head_features(weight: torch.Tensor, gates: torch.Tensor, head_dim: int, dim: int) -> torch.Tensor:
+    """`weight` with each head's `head_dim` features along `dim` multiplied by that head's gate, computed in float32
+    and stored in the weight's dtype."""
+    shape = [1] * weight.dim()
+    shape[dim] = -1
+    scale = gates.repeat_interleave(head_dim).to(weight.device).view(shape)
+    return (weight.float() * scale).to(weight.dtype)
+
+
 def _feature_dims(module: nn.Module) -> tuple[int, int]:
     """(output-feature dim, input-feature dim) of a projection's weight: `nn.Linear` (out, in), `Conv1D` (in, out)."""
     if isinstance(module, Conv1D):
@@ -646,10 +655,12 @@ class SentinelPreTrainedMixin(ZooModelMixin):
     @torch.no_grad()
     def stock_export(self) -> tuple[dict, dict[str, torch.Tensor]]:
         """The stock checkpoint that computes what this model computes (see `ZooModelMixin.stock_export`): each
-        remaining head's gate folded into its input columns of the output projection, and, after pruning, the head
-        counts in the config. Refused, saying why, when layers keep different numbers of heads or groups of
-        different sizes (prune with `uniform=True`), when the family's stock attention cannot take fewer heads at
-        the same head size (`stock_head_count_limit`), or when U-Net skips have left zero (no stock class has
+        remaining head's gate folded into its input columns of the output projection, and, after pruning, either
+        the head counts in the config (a family whose stock attention takes fewer heads at the same head size) or,
+        for one that cannot (`stock_head_count_limit`: GPT-2, BERT, RoBERTa), every pruned head put back as a zero
+        head (`restore_pruned_heads`): the stock config's head count, the pruned function, the unpruned cost.
+        Refused, saying why, when layers keep different numbers of heads or groups of different sizes (prune with
+        `uniform=True`) in a family of the first kind, or when U-Net skips have left zero (no stock class has
         them)."""
         c, name = self.config, type(self).__name__
         family = f"stock {c.sentinel_family}"
@@ -661,6 +672,8 @@ class SentinelPreTrainedMixin(ZooModelMixin):
                 "trained away from zero, and no stock class joins one layer's output into another's."
             )
         attns = self.gated_attentions
+        if self.stock_head_count_limit and any(a.num_heads != c.num_attention_heads for a in attns):
+            return {}, self.restore_pruned_heads()
         counts = [(a.num_heads, a.num_kv_heads) for a in attns]
         if len(set(counts)) > 1:
             raise ValueError(
@@ -679,13 +692,6 @@ class SentinelPreTrainedMixin(ZooModelMixin):
                     f"{attn.head_ids.tolist()} of key/value heads {attn.kv_head_ids.tolist()}, groups of different "
                     "sizes that stock grouped-query attention cannot express. Prune whole groups (`uniform=True`)."
                 )
-        if heads != c.num_attention_heads and self.stock_head_count_limit:
-            raise ValueError(
-                f"{name} cannot be exported as a {family} checkpoint: its layers keep {heads} of "
-                f"{c.num_attention_heads} heads, and {self.stock_head_count_limit}, so fewer heads of the same size "
-                "have no stock config (transformers 5 has no `prune_heads`). Only the unpruned model (gates folded "
-                "into the output projection) leaves as a stock checkpoint of this family."
-            )
         state = self.state_dict()
         names = {module: path for path, module in self.named_modules()}
         for layer, attn in zip(self.sentinel_layers, attns):
@@ -694,14 +700,49 @@ class SentinelPreTrainedMixin(ZooModelMixin):
                 continue  # the identity: the stock weights as they are, bit for bit
             out = layer.get_submodule(self.sentinel_roles.out)
             _, in_dim = _feature_dims(out)
-            scale = gates.repeat_interleave(attn.head_dim).to(out.weight.device)
-            shape = [1, 1]
-            shape[in_dim] = -1
-            state[f"{names[out]}.weight"] = (out.weight.float() * scale.view(shape)).to(out.weight.dtype)
+            state[f"{names[out]}.weight"] = _scaled_head_features(out.weight, gates, attn.head_dim, in_dim)
         changes = {}
         if heads != c.num_attention_heads:
             changes = {"num_attention_heads": heads, "num_key_value_heads": kv_heads, "head_dim": attns[0].head_dim}
         return changes, state
+
+    @torch.no_grad()
+    def restore_pruned_heads(self) -> dict[str, torch.Tensor]:
+        """The state dict at the unpruned shapes: each remaining head's rows of the query, key and value projections
+        and its gate-scaled input columns of the output projection back at its original position, every pruned head
+        zero there (its output projection columns zero, so it adds exactly nothing). Families without grouped
+        key/value heads only (each query head has its own key and value head)."""
+        c, roles = self.config, self.sentinel_roles
+        state = self.state_dict()
+        names = {module: path for path, module in self.named_modules()}
+        for layer, attn in zip(self.sentinel_layers, self.gated_attentions):
+            if not torch.equal(attn.kv_head_ids, attn.head_ids):
+                raise ValueError(
+                    f"restore_pruned_heads: layer {attn.layer_idx} shares key/value heads between query heads "
+                    f"({attn.kv_head_ids.tolist()} for {attn.head_ids.tolist()}); only families with one key/value "
+                    "head per query head put pruned heads back"
+                )
+            full, d = c.num_attention_heads, attn.head_dim
+            rows = _head_features(attn.head_ids, d)
+            qkv = [layer.get_submodule(path) for path in roles.qkv]
+            blocks = 3 if len(qkv) == 1 else 1  # one fused [q | k | v] projection, or one module each
+            for module in qkv:
+                out_dim, _ = _feature_dims(module)
+                index = torch.cat([rows + b * full * d for b in range(blocks)])
+                for key, dim in (("weight", out_dim), ("bias", 0)):
+                    kept = getattr(module, key)
+                    if kept is None:
+                        continue
+                    shape = list(kept.shape)
+                    shape[dim] = blocks * full * d
+                    state[f"{names[module]}.{key}"] = kept.new_zeros(shape).index_copy(dim, index, kept)
+            out = layer.get_submodule(roles.out)
+            _, in_dim = _feature_dims(out)
+            kept = _scaled_head_features(out.weight, attn.gates().float(), d, in_dim)
+            shape = list(kept.shape)
+            shape[in_dim] = full * d
+            state[f"{names[out]}.weight"] = kept.new_zeros(shape).index_copy(in_dim, rows, kept)
+        return state
 
     def mechanism_summary(self) -> str:
         c = self.config
