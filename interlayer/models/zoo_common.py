@@ -134,6 +134,11 @@ def check_option_names(config_class, names) -> None:
             )
 
 
+# keywords every transformers config takes that are no dataclass field (`PreTrainedConfig.__init__` pops them): never
+# a misspelt mechanism option, however close to one (`attn_implementation` and `hc_implementation`)
+TRANSFORMERS_KEYWORDS = frozenset({"attn_implementation", "experts_implementation"})
+
+
 def refuse_misspelt_options(config_class, names) -> None:
     """Refuse a name that no field of `config_class` takes and that looks like a misspelt mechanism option (a name no
     field takes is otherwise kept by transformers as a plain attribute, or dropped by `from_pretrained`), so a typo
@@ -141,7 +146,7 @@ def refuse_misspelt_options(config_class, names) -> None:
     fields = {f.name for f in dataclasses.fields(config_class)}
     settings = mechanism_field_names(config_class)
     for name in names:
-        if name in fields or name.startswith("_"):
+        if name in fields or name in TRANSFORMERS_KEYWORDS or name.startswith("_"):
             continue
         if difflib.get_close_matches(name, settings, n=1, cutoff=0.8):
             raise ConfigError(f"{config_class.__name__} has no option `{name}`{closest_name(name, settings)}")
