@@ -7,6 +7,7 @@ its name (`from interlayer import Qwen3MHCForCausalLM`), and under the older nam
 
 from transformers import AutoConfig
 
+from . import card  # noqa: F401  (the model card and the conversion report, which saved models do not ship)
 from .models.configuration_attention_bridge import OLD_MODEL_TYPE_CONFIGS as OLD_ATTENTION_BRIDGE_CONFIGS
 from .models.configuration_bridge import BRIDGE_PRESETS, bridge_preset
 from .models.configuration_sentinel import LegacyGatedGPT2Config
