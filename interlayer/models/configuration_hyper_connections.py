@@ -81,7 +81,8 @@ class HyperConnectionFields(ZooConfigFields):
             more than the eager operations) and inside a model compiled as a whole.
         hc_implementation (`str`, defaults to `"fast"`): how the hyper-connections compute their equation.
             `"eager"`: `HyperConnection.forward` of modeling_hyper_connections.py, the equation as written (the
-            specification), with no statistics recorded and `hc_recompute_streams` and `hc_fused` ignored. `"fast"`:
+            specification), with no statistics recorded (nothing for `mechanism_stats()` or `interlayer inspect` to
+            show) and `hc_recompute_streams` and `hc_fused` ignored. `"fast"`:
             hyper_connections_fast.py, the same function to float rounding with hand-written backward passes, the
             stream recomputation, `hc_fused`, and the statistics and composite-gain tracking of `mechanism_stats()`.
             Chosen when the model is built: to change it, load the model again with the option.

@@ -322,7 +322,9 @@ class HCPreTrainedMixin(FreezeBaseMixin):
         column sums of `H_res^(L) ... H_res^(1)` built from those means (`hc/amax_gain_row`, `hc/amax_gain_col`),
         and the worst case (`hc/amax_gain_row_worst`, `hc/amax_gain_col_worst`): the same sums of every token's own
         composite, at every depth (after each sublayer), maximised over depth, over the tokens the attention mask
-        keeps and over the forwards since the last read. Forwards under torch.compile / torch.export record none."""
+        keeps and over the forwards since the last read. These are recorded by the fast implementation (the default), in
+        eager forwards; the eager one (`hc_implementation="eager"`) and forwards under torch.compile / torch.export
+        record none."""
         out = super().mechanism_stats(reset=reset, split=split)
         k = self.config.hc_streams
         for prefix in ("", "eval/") if split is None else ("",):
