@@ -2,10 +2,11 @@
 `HyperConnection.forward` in modeling_hyper_connections.py, which is its specification, computed with less time and
 memory, plus the statistics and the composite-gain tracking that `mechanism_stats()` reports.
 
-`FastHyperConnection` is `HyperConnection` (same parameters, so the same checkpoints) with its `coefficients` and
-`forward` replaced, as `kernels`' `kernelize` replaces the forward of a layer marked with `use_kernel_forward_from_hub`
-in transformers: a layer whose config says `hc_implementation="fast"` is built as a `FastHyperConnection`
-(`modeling_hyper_connections.hyper_connection_class`), and the eager equation is what the tests hold it to
+`FastHyperConnectionMixin` replaces the `coefficients` and `forward` of a `HyperConnection` (same parameters, so the
+same checkpoints), as `kernels`' `kernelize` replaces the forward of a layer marked with `use_kernel_forward_from_hub`
+in transformers: a layer whose config says `hc_implementation="fast"` is built as modeling_hyper_connections.py's
+`FastHyperConnection` (this mixin before `HyperConnection`, `hyper_connection_class`), and the eager equation is what
+the tests hold it to
 (`tests/test_hyper_connections.py::test_fast_implementation_equals_the_eager_equation`: outputs and every gradient, in
 every mode, with and without the stream recomputation, under gradient checkpointing, `hc_fused`). What it does
 differently, and why (docs/hyper_connections.md, "What the implementation does about cost"):
@@ -21,8 +22,8 @@ differently, and why (docs/hyper_connections.md, "What the implementation does a
 - `CompositeGain` and the deferred statistics: every sublayer hands its coefficients over, and the mean
   coefficients and the worst composite gain of the forward are computed once at its end (`ForwardPassMachinery`).
 
-This file is imported by modeling_hyper_connections.py when it builds a fast layer (it imports that file's
-equations), and `save_pretrained` ships it beside it.
+This file imports the maths it shares with the equation from hyper_connections_maths.py, never the modeling file,
+which imports it (no cycle); `save_pretrained` ships the three files together.
 """
 
 # first, before any transformers import: a clear error under transformers 4
@@ -38,7 +39,7 @@ from torch import nn
 from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 from torch.utils.checkpoint import checkpoint
 
-from .modeling_hyper_connections import COEFFICIENT_EPS, MHC_EPS, HyperConnection, mhc_mixing
+from .hyper_connections_maths import COEFFICIENT_EPS, MHC_EPS, mhc_mixing
 from .zoo_common import StatsAccumulator
 
 
@@ -250,7 +251,7 @@ class CompositeGain:
         self.records: list[tuple] = []  # (hyper-connection, pre, post, res) per sublayer, in order
         self.closed = False
 
-    def record(self, hc: "HyperConnection", pre: torch.Tensor, post: torch.Tensor, res: torch.Tensor) -> None:
+    def record(self, hc, pre: torch.Tensor, post: torch.Tensor, res: torch.Tensor) -> None:
         self.records.append((hc, pre.detach(), post.detach(), res.detach()))
 
     @staticmethod
@@ -387,10 +388,10 @@ class ForwardPassMachinery:
             model.hc_gain_stats.add("hc/amax_gain_col_worst", worst[1])
 
 
-class FastHyperConnection(HyperConnection):
-    """`HyperConnection` with the fast `coefficients` and `forward` of this file: the same parameters and, to float
-    rounding, the same function (`HyperConnection.forward` is the specification). Records its mean coefficients in
-    `stats` through the forward pass's `CompositeGain`."""
+class FastHyperConnectionMixin:
+    """The fast `coefficients` and `forward` of a `HyperConnection` (put before it: modeling_hyper_connections.py's
+    `FastHyperConnection`): the same parameters and, to float rounding, the same function (`HyperConnection.forward`
+    is the specification). Records its mean coefficients in `stats` through the forward pass's `CompositeGain`."""
 
     def __init__(self, config, layer_idx: int, sublayer: str):
         super().__init__(config, layer_idx, sublayer)

@@ -32,9 +32,10 @@ bf16 or fp16 weights. The embedding output is copied into every stream, and a le
 (starting at the mean) feeds the stock final norm.
 
 `HyperConnection.forward` is these lines as written, and the specification: `hc_implementation="fast"` (the default)
-builds the layers' hyper-connections from hyper_connections_fast.py instead, which computes the same function with
-hand-written backward passes, stream recomputation, fused coefficients and the statistics that `mechanism_stats()`
-reports, and is tested against this file's equation.
+builds the layers' hyper-connections as `FastHyperConnection` instead, whose `coefficients` and `forward` come from
+hyper_connections_fast.py: the same function with hand-written backward passes, stream recomputation, fused
+coefficients and the statistics that `mechanism_stats()` reports, tested against this file's equation. Both files
+take Sinkhorn-Knopp, DeepSeek-V4's normalisation and the coefficients' RMSNorm from hyper_connections_maths.py.
 
 With `identity_init=True` the streams stay equal until trained (read-in sums to 1, every stream receives `F(x)`, the
 rows of `H_res` sum to 1), so the converted model computes the stock function in every mode (DeepSeek-V4's variant
@@ -83,66 +84,18 @@ from .decoder_common import (
     FreezeBaseMixin,
     family_classes,
 )
+from .hyper_connections_fast import FastHyperConnectionMixin, ForwardPassMachinery, RunningMaxAccumulator
+from .hyper_connections_maths import MHC_EPS, deepseek_comb, mhc_mixing, rms_norm, sinkhorn_knopp
 from .zoo_common import CACHE_KWARG, select_hidden_states, take_cache
 
-COEFFICIENT_EPS = 1e-6  # RMSNorm's eps in the input-dependent coefficients
-MHC_EPS = 1e-6  # DeepSeek-V4's hc_eps: added to its read-in and softmax, and to every normalisation's denominator
 MHC_RES_DIAGONAL = 4.0  # raw diagonal of H_res at identity_init in mHC mode (about 0.95 on the diagonal at K=4)
 SUBLAYERS = ("attn", "mlp")
-
-
-def sinkhorn_knopp(logits: torch.Tensor, iters: int) -> torch.Tensor:
-    """Project `exp(logits)` (`[..., K, K]`) towards the doubly-stochastic matrices: `iters` rounds of column then
-    row normalisation, so rows sum to 1 to rounding (the columns only approximately, see docs/hyper_connections.md).
-
-    Finite for any finite logits (of magnitude below 1e38): the first round runs in the log domain, each column and
-    then each row shifted by its own log-sum-exp, so no column or row underflows to zeros as a whole (one shift by the
-    matrix's maximum let a column 100 below it become 0/0). After it the rows sum to 1 and every column holds an entry
-    of at least 1/K^2, and each later round keeps that (a column or row sum is at least 1/K^2), so the other rounds
-    run in the exp domain, at half the log domain's cost or less. The iterations run with the two K axes first (5x
-    faster on CPU than reducing over the last axes)."""
-    m = logits.movedim((-2, -1), (0, 1)).contiguous()
-    m = m - torch.logsumexp(m, dim=0, keepdim=True)
-    m = torch.exp(m - torch.logsumexp(m, dim=1, keepdim=True))
-    for _ in range(iters - 1):
-        m = m / m.sum(dim=0, keepdim=True)
-        m = m / m.sum(dim=1, keepdim=True)
-    return m.movedim((0, 1), (-2, -1))
-
-
-def deepseek_comb(logits: torch.Tensor, iters: int, eps: float = MHC_EPS) -> torch.Tensor:
-    """DeepSeek-V4's mixing matrix `comb` (`[..., K, K]`, indexed [input stream, output stream]) from its logits, as
-    its published code computes it (TileKernels `sinkhorn_normalize_ref`, transformers' `DeepseekV4HyperConnection`):
-    a softmax over each row plus `eps`, each column divided by its sum plus `eps`, then `iters - 1` rounds of rows
-    then columns, each divided by its sum plus `eps`. Columns are normalised last, so each output stream's weights
-    sum to about `1 - eps`; the streams are mixed by `comb` transposed. Finite for any finite logits (the softmax is
-    shifted by its row's maximum, and every entry stays above 0 through the added `eps`). Runs with the K axes first,
-    as `sinkhorn_knopp`."""
-    m = torch.softmax(logits.movedim((-2, -1), (0, 1)), dim=1) + eps
-    m = m / (m.sum(dim=0, keepdim=True) + eps)
-    for _ in range(iters - 1):
-        m = m / (m.sum(dim=1, keepdim=True) + eps)
-        m = m / (m.sum(dim=0, keepdim=True) + eps)
-    return m.movedim((0, 1), (-2, -1))
-
-
-def mhc_mixing(logits: torch.Tensor, iters: int, variant: str) -> torch.Tensor:
-    """mHC's `H_res` (`[..., K, K]`, [output, input]) from its logits: the seed's `Sinkhorn-Knopp(exp(logits))`, or
-    DeepSeek-V4's `comb^T` (its logits are `comb`'s, [input, output])."""
-    if variant == "deepseek_v4":
-        return deepseek_comb(logits, iters).mT
-    return sinkhorn_knopp(logits, iters)
-
-
-def rms_norm(x: torch.Tensor) -> torch.Tensor:
-    """RMSNorm without a weight over the last axis (the input of the input-dependent coefficients)."""
-    return x * torch.rsqrt(x.square().mean(-1, keepdim=True) + COEFFICIENT_EPS)
 
 
 class HyperConnection(nn.Module):
     """`h' = H_res h + H_post^T F(H_pre h)` around one sublayer `F` (attention or MLP) of one decoder layer, with its
     read-in, write and mixing coefficients: the equation as the seed writes it, and the specification that
-    `hyper_connections_fast.FastHyperConnection` (the default, `hc_implementation="fast"`) is tested against."""
+    `FastHyperConnection` (the default, `hc_implementation="fast"`) is tested against."""
 
     def __init__(self, config, layer_idx: int, sublayer: str):
         super().__init__()
@@ -226,15 +179,16 @@ class HyperConnection(nn.Module):
         return torch.einsum("...ij,...jc->...ic", H_res, h) + H_post.unsqueeze(-1) * y.unsqueeze(-2)  # mix and write
 
 
-def hyper_connection_class(config) -> type[HyperConnection]:
-    """The class of a layer's hyper-connections: `HyperConnection` (the equation) for `hc_implementation="eager"`,
-    else hyper_connections_fast.py's `FastHyperConnection` (imported here, when a layer is built: it imports this
-    file's equations)."""
-    if config.hc_implementation == "eager":
-        return HyperConnection
-    from .hyper_connections_fast import FastHyperConnection
+class FastHyperConnection(FastHyperConnectionMixin, HyperConnection):
+    """`HyperConnection` with the `coefficients` and `forward` of hyper_connections_fast.py (`hc_implementation="fast"`,
+    the default): the same parameters and, to float rounding, the same function, with hand-written backward passes,
+    the stream recomputation, fused coefficients and the statistics of `mechanism_stats()`."""
 
-    return FastHyperConnection
+
+def hyper_connection_class(config) -> type[HyperConnection]:
+    """The class of a layer's hyper-connections, chosen when the layer is built: `HyperConnection` (the equation) for
+    `hc_implementation="eager"`, else `FastHyperConnection`."""
+    return HyperConnection if config.hc_implementation == "eager" else FastHyperConnection
 
 
 class HCDecoderLayerMixin(DecoderLayerRolesMixin):
@@ -352,8 +306,6 @@ class HCModelMixin(HCPreTrainedMixin, DecoderStackMixin):
         self.hc_read_out = nn.Parameter(torch.empty(config.hc_streams))
         self.hc_machinery = None
         if config.hc_implementation == "fast":  # what the fast hyper-connections run around the layers of a forward
-            from .hyper_connections_fast import ForwardPassMachinery, RunningMaxAccumulator
-
             self.hc_gain_stats = RunningMaxAccumulator()
             self.hc_machinery = ForwardPassMachinery()
             for hc in self.hyper_connections:
