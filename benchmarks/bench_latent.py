@@ -57,11 +57,9 @@ def build(options):
     return LlamaLatentForCausalLM(LlamaLatentConfig(**SMOLLM2_SHAPE, identity_init=False, **options))
 
 
-def sequential_passes():
-    """Make `previous_position` decoding run the stock pass, then the latent pass (as a prompt does)."""
-    from interlayer.models import modeling_latent
-
-    modeling_latent._Run.batched_step = modeling_latent._Run.two_passes
+def sequential_passes(model) -> None:
+    """Make `model`'s `previous_position` decoding run the stock pass, then the latent pass (as a prompt does)."""
+    model.model.passes.forward = model.model.passes.one_after_the_other
 
 
 def worker(name: str, batch: int, seq: int, steps: int, generation: bool) -> dict:
@@ -72,7 +70,7 @@ def worker(name: str, batch: int, seq: int, steps: int, generation: bool) -> dic
         if name.endswith("one after the other"):
             kwargs = dict(max_new_tokens=32, do_sample=False, pad_token_id=0)
             batched = model.generate(prompt, **kwargs)
-            sequential_passes()
+            sequential_passes(model)
             assert torch.equal(model.generate(prompt, **kwargs), batched)
         return {"tokens_per_s": generation_speed(model, prompt)}
     model = build(TRAINING[name])

@@ -1056,7 +1056,7 @@ class ConformanceSuite:
         `Trainer` step that changes weights, `Trainer.save_model` writes a card that claims nothing of the kind."""
         from transformers import Trainer, TrainingArguments
 
-        from .models.zoo_common import stock_function_statement
+        from .card import stock_function_statement
 
         folder, _ = self._stock(tmp_path)
         model = self.case.model_class.from_pretrained(folder, **self._identity_option_sets()[0])

@@ -125,6 +125,8 @@ LAYERS = [
     {"families"},
     {"decoder_common"},
     {p.stem for p in (PACKAGE / "models").glob("configuration_*.py")},
+    {"hyper_connections_maths"},
+    {"hyper_connections_fast"},
     {p.stem for p in (PACKAGE / "models").glob("modeling_*.py")},
     {"generate_classes"},
 ]

@@ -6,6 +6,7 @@ focus matters."""
 import copy
 import gc
 import weakref
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,7 +16,7 @@ from transformers import Trainer, TrainingArguments
 
 from interlayer import LlamaMHCForCausalLM, Qwen3MHCForCausalLM
 from interlayer.callbacks import MechanismStatsCallback
-from interlayer.models.modeling_hyper_connections import sinkhorn_knopp
+from interlayer.models.modeling_hyper_connections import FastHyperConnection, HyperConnection, sinkhorn_knopp
 
 MODES = [
     dict(hc_mode="static"),
@@ -114,9 +115,10 @@ def reference_logits(model, input_ids):
     return model.lm_head(hidden)
 
 
+@pytest.mark.parametrize("implementation", ["eager", "fast"])
 @pytest.mark.parametrize("options", MODES, ids=lambda o: "-".join(str(v) for v in o.values()))
-def test_forward_matches_loop_reference(stock_llama, options):
-    model = randomised(stock_llama[0], **options)
+def test_forward_matches_loop_reference(stock_llama, options, implementation):
+    model = randomised(stock_llama[0], hc_implementation=implementation, **options)
     input_ids = lm_batch(lengths=(10, 10))["input_ids"]
     with torch.no_grad():
         torch.testing.assert_close(model(input_ids).logits, reference_logits(model, input_ids))
@@ -142,6 +144,106 @@ def test_gradients_match_loop_reference(stock_llama, options):
         # gradients when every stream is the embedding: 1e-6 of the largest gradient)
         atol = 1e-5 * grad.abs().max().item() + 1e-6 * largest.item()
         torch.testing.assert_close(grads[0][name], grad, rtol=1e-5, atol=atol, msg=name)
+
+
+# -- the fast implementation against the eager equation ----------------------------------------------------------
+
+FAST_CASES = [
+    *[(options, False) for options in MODES],
+    (dict(hc_mode="mhc", mhc_variant="deepseek_v4"), False),
+    (dict(hc_mode="mhc", mhc_variant="deepseek_v4", mhc_dynamic=False), False),
+    (dict(hc_mode="static", hc_streams=1), False),
+    (dict(hc_mode="dynamic", hc_streams=1), False),
+    (dict(hc_mode="mhc", mhc_variant="deepseek_v4", hc_streams=1), False),
+    (dict(hc_mode="mhc", hc_recompute_streams=False), False),
+    (dict(hc_mode="mhc", hc_fused=True), False),
+    (dict(hc_mode="static"), True),
+    (dict(hc_mode="dynamic"), True),
+    (dict(hc_mode="mhc"), True),
+    (dict(hc_mode="mhc", mhc_variant="deepseek_v4"), True),
+]
+
+
+def _case_id(case) -> str:
+    options, checkpointing = case
+    return "-".join(f"{k}={v}" for k, v in options.items()) + ("-checkpointing" if checkpointing else "")
+
+
+@pytest.mark.parametrize("options, checkpointing", FAST_CASES, ids=[_case_id(c) for c in FAST_CASES])
+def test_fast_implementation_equals_the_eager_equation(stock_llama, options, checkpointing):
+    """The fast implementation (the default: hand-written backward passes, the stream recomputation, `hc_fused`,
+    static coefficients reused without grad) computes `HyperConnection.forward`, the equation as written: the logits
+    and every parameter's gradient of a training step, and the logits without grad, equal those of
+    `hc_implementation="eager"`, in every mode, at K = 1 and 4, with and without the stream recomputation and under
+    gradient checkpointing."""
+    input_ids = lm_batch(lengths=(10, 10))["input_ids"]
+    cotangent = None
+    results = {}
+    for implementation in ("eager", "fast"):
+        model = randomised(stock_llama[0], freeze_base=False, hc_implementation=implementation, **options).train()
+        expected = FastHyperConnection if implementation == "fast" else HyperConnection
+        assert all(type(hc) is expected for hc in model.hyper_connections)
+        if checkpointing:
+            model.gradient_checkpointing_enable()
+        logits = model(input_ids).logits
+        if cotangent is None:
+            cotangent = torch.randn(logits.shape, generator=torch.Generator().manual_seed(1))
+        (logits * cotangent).sum().backward()
+        grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+        with torch.no_grad():
+            model.eval()
+            no_grad = [model(input_ids).logits for _ in range(2)]  # the second reuses the fast static coefficients
+        results[implementation] = logits.detach(), grads, no_grad
+    (logits, grads, no_grad), (fast_logits, fast_grads, fast_no_grad) = results["eager"], results["fast"]
+    torch.testing.assert_close(fast_logits, logits)
+    for fast, eager in zip(fast_no_grad, no_grad):
+        torch.testing.assert_close(fast, eager)
+    assert fast_grads.keys() == grads.keys() and any("hc_" in n for n in grads)
+    largest = max(g.abs().max() for g in grads.values())
+    for name, grad in grads.items():
+        # sums in another order, as against the loop reference
+        atol = 1e-5 * grad.abs().max().item() + 1e-6 * largest.item()
+        torch.testing.assert_close(fast_grads[name], grad, rtol=1e-5, atol=atol, msg=name)
+
+
+def test_eager_implementation_records_no_statistics_and_the_fast_one_does(stock_llama):
+    """The statistics and the composite-gain tracking belong to the fast implementation; the eager equation records
+    none (its `mechanism_stats()` has no `hc/` entry)."""
+    batch = lm_batch()
+    for implementation, recorded in (("eager", False), ("fast", True)):
+        model = randomised(stock_llama[0], hc_implementation=implementation)
+        with torch.no_grad():
+            model(**batch)
+        stats = model.mechanism_stats(split="eval")
+        assert ("hc/amax_gain_row_worst" in stats) == recorded and ("hc/L0/attn/pre_0" in stats) == recorded
+
+
+def test_the_fast_implementation_never_imports_the_equation_file():
+    """modeling_hyper_connections.py imports hyper_connections_fast.py, which imports only lower files
+    (hyper_connections_maths.py, the maths both share): no import cycle, inside functions included."""
+    import ast
+
+    folder = Path(HyperConnection.__module__.replace(".", "/")).parent
+    root = Path(__file__).resolve().parents[1]
+    allowed = {
+        "hyper_connections_fast.py": {"zoo_requirements", "hyper_connections_maths", "zoo_common"},
+        "hyper_connections_maths.py": set(),
+    }
+    for name, lower in allowed.items():
+        tree = ast.parse((root / folder / name).read_text())
+        imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level}
+        assert imported <= lower, f"{name} imports {imported - lower}"
+
+
+def test_hc_implementation_is_chosen_when_the_model_is_built(stock_llama):
+    """`hc_implementation` chooses the hyper-connections' class once, when the model is built (or reloaded with the
+    option); a value set later on the built model's config is refused when the model runs, not ignored."""
+    input_ids = lm_batch(lengths=(6,))["input_ids"]
+    for built, other in (("fast", "eager"), ("eager", "fast")):
+        model = randomised(stock_llama[0], hc_implementation=built)
+        model.config.hc_implementation = other
+        with pytest.raises(ValueError, match=rf"hc_implementation='{other}'.* are '{built}'.*from_pretrained"):
+            model(input_ids)
 
 
 # -- Sinkhorn and fp32 coefficients ----------------------------------------------------------------------------------
@@ -588,7 +690,7 @@ def test_fused_coefficients_equal_the_eager_path(stock_llama, monkeypatch):
     through one function compiled with `fullgraph=True` (inductor): the loss, every gradient and the statistics of a
     training step equal those of the eager path, and the compiled function is what ran (one shape, one compilation:
     a generation would compile two more)."""
-    from interlayer.models import modeling_hyper_connections as hc_module
+    from interlayer.models import hyper_connections_fast as hc_module
 
     calls = []
 
@@ -634,7 +736,7 @@ def test_fused_coefficients_run_under_a_flop_counter(stock_llama):
 
 def test_composite_gain_prefix_scan_equals_the_sequential_products():
     """The parallel scan behind the composite-gain statistics gives every prefix product `res[i] ... res[0]`."""
-    from interlayer.models.modeling_hyper_connections import CompositeGain
+    from interlayer.models.hyper_connections_fast import CompositeGain
 
     res = torch.randn(11, 3, 4, 4, dtype=torch.float64)
     expected, product = [], None

@@ -1,5 +1,6 @@
 """The zoo's conformance suite on hyper-connections, on every decoder family, with the modes varied across families:
-mHC (seed init, static, DeepSeek-V4's formula), static and dynamic HC (with and without tanh, two streams)."""
+mHC (seed init, static, DeepSeek-V4's formula), static and dynamic HC (with and without tanh, two streams), and the
+eager equation (`hc_implementation="eager"`) beside the fast implementation every other class runs."""
 
 from hc_fixtures import (
     build_stock_gemma2,
@@ -37,6 +38,7 @@ HC_CONFIG_ERRORS = [
     (dict(hc_mode="mhc", hc_read_in_focus=1.0), r"hc_read_in_focus.*< 1.*mhc"),
     (dict(hc_init_noise=-0.1), r"hc_init_noise.*>= 0"),
     (dict(freeze_base="no"), r"freeze_base"),
+    (dict(hc_implementation="kernel"), r"hc_implementation.*'fast', 'eager'.*got kernel"),
 ]
 
 
@@ -66,6 +68,15 @@ class TestLlamaStaticHCConformance(ConformanceSuite):
 class TestLlamaDynamicHCConformance(ConformanceSuite):
     def make_case(self):
         return hc_case(LlamaMHCForCausalLM, build_stock_llama, dict(hc_mode="dynamic", hc_init_noise=0.1))
+
+
+class TestLlamaEagerMHCConformance(ConformanceSuite):
+    """The equation as written (`hc_implementation="eager"`, the specification the fast implementation is tested
+    against) on every path the suite takes: input-dependent mHC."""
+
+    def make_case(self):
+        eager = dict(hc_implementation="eager")
+        return hc_case(LlamaMHCForCausalLM, build_stock_llama, dict(eager, hc_init_noise=0.1), identity_options=eager)
 
 
 class TestQwen2MHCConformance(ConformanceSuite):

@@ -240,7 +240,7 @@ def test_a_misspelt_variant_is_refused_with_the_allowed_values():
 def test_fused_coefficients_compute_the_deepseek_formula(stock, monkeypatch):
     """`hc_fused=True` compiles the DeepSeek variant's coefficients (inductor, `fullgraph=True`): a training step
     gives the eager loss and gradients to rounding, and the compiled function is what ran."""
-    from interlayer.models import modeling_hyper_connections as hc_module
+    from interlayer.models import hyper_connections_fast as hc_module
 
     folder, _, model_class = stock
     calls = []

@@ -213,6 +213,20 @@ def test_generation_with_cache_matches_recomputation(stock_llama, source):
         assert torch.equal(model.generate(prompt, **beams), model.generate(prompt, use_cache=False, **beams))
 
 
+def test_previous_position_batched_step_equals_the_passes_one_after_the_other(stock_llama):
+    """`"previous_position"` decodes a token as one batch of 2B rows; running its stock pass and then its latent pass
+    through the cache's two views (`PreviousPositionPasses.one_after_the_other`, what a prompt runs) gives the same
+    scores at every step (what benchmarks/bench_latent.py's sequential variant relies on)."""
+    model = active(stock_llama[0], latent_source="previous_position")
+    prompt = lm_batch(lengths=(6, 4))
+    kwargs = dict(max_new_tokens=6, do_sample=False, pad_token_id=0, output_scores=True, return_dict_in_generate=True)
+    batched = model.generate(**prompt, **kwargs)
+    model.model.passes.forward = model.model.passes.one_after_the_other
+    sequential = model.generate(**prompt, **kwargs)
+    assert torch.equal(sequential.sequences, batched.sequences)
+    torch.testing.assert_close(torch.stack(sequential.scores), torch.stack(batched.scores))
+
+
 LAST_LAYER_SOURCE = {
     "two_layers_default": ("stock_llama_two_layers", {}),  # the default pair is L1 -> L0
     "four_layers_sources_1_3": ("stock_llama", dict(latent_source_layers=[1, 3], latent_target_layers=[0, 2])),
@@ -281,6 +295,18 @@ def test_cache_type_and_cropping_are_checked(stock_llama):
     cache = model(input_ids, use_cache=True).past_key_values
     with pytest.raises(ValueError, match="cannot be cropped"):
         cache.crop(-1)
+
+
+def test_latent_source_is_chosen_when_the_model_is_built(stock_llama):
+    """`latent_source` chooses how a forward runs its passes once, when the model is built (or reloaded with the
+    option); a value set later on the built model's config is refused when the model runs, not ignored."""
+    input_ids = lm_batch(lengths=(6,))["input_ids"]
+    for source in LATENT_SOURCES:
+        model = active(stock_llama[0], latent_source=source)
+        assert model.model.passes.source == source
+        model.config.latent_source = next(s for s in LATENT_SOURCES if s != source)
+        with pytest.raises(ValueError, match=rf"latent_source=.* was set on a built .*'{source}'.*from_pretrained"):
+            model(input_ids)
 
 
 # -- training ---------------------------------------------------------------------------------------------------------

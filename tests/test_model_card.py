@@ -1,5 +1,6 @@
 """What a saved zoo model says about itself: the model card's metadata and text, and the transformers it needs."""
 
+import json
 import logging
 import os
 import re
@@ -331,3 +332,75 @@ def test_the_tested_transformers_releases_are_the_installed_range():
     last = TESTED_TRANSFORMERS[-1].split(".")
     assert pinned in TESTED_TRANSFORMERS
     assert (int(bound.group(1)), int(bound.group(2))) == (int(last[0]), int(last[1]) + 1)
+
+
+# -- issue 22: the card writer is library code, not shipped ---------------------------------------------------------
+
+
+def test_saved_folder_ships_no_card_writing_code(tmp_path):
+    """The model card and the conversion report are written by the interlayer package (`interlayer/card.py`); the
+    folder `save_pretrained` writes ships the modeling code only."""
+    build_stock_llama(str(tmp_path / "stock"))
+    LlamaLatentForCausalLM.from_pretrained(tmp_path / "stock").save_pretrained(tmp_path / "out")
+    shipped = {path.name: path.read_text() for path in (tmp_path / "out").glob("*.py")}
+    assert "modeling_latent.py" in shipped and "zoo_common.py" in shipped and "card.py" not in shipped
+    for name, code in shipped.items():
+        for definition in ("def write_model_card", "def report_conversion", "def stock_license"):
+            assert definition not in code, f"{name} ships {definition}"
+    assert "## Parameters" in (tmp_path / "out" / "README.md").read_text()  # written by the package in this process
+
+
+def _run_without_interlayer(script: str, tmp_path) -> None:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")}
+    code = 'import sys\nsys.modules["interlayer"] = None  # not in this process\n' + textwrap.dedent(script)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_remote_code_without_interlayer_saves_no_card_and_drops_the_stale_one(tmp_path):
+    """A model loaded as remote code in a process without interlayer saves without a card: into a new folder none is
+    written, and saving over the folder it came from removes the card interlayer wrote there, which described the
+    previous weights (an untrained conversion: no longer true once trained); the folder's other files stay."""
+    build_stock_llama(str(tmp_path / "stock"))
+    LlamaLatentForCausalLM.from_pretrained(tmp_path / "stock").save_pretrained(tmp_path / "out")
+    assert "untrained conversion" in (tmp_path / "out" / "README.md").read_text()
+    (tmp_path / "out" / "notes.txt").write_text("kept")
+    out, again = str(tmp_path / "out"), str(tmp_path / "again")
+    _run_without_interlayer(
+        f"""
+        import torch
+        from transformers import AutoModelForCausalLM
+        model = AutoModelForCausalLM.from_pretrained({out!r}, trust_remote_code=True)
+        assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
+        model.save_pretrained({again!r})
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if "latent_" in name:
+                    p.add_(0.1)
+        model.save_pretrained({out!r})
+        """,
+        tmp_path,
+    )
+    assert not (tmp_path / "again" / "README.md").exists()
+    assert (tmp_path / "again" / "model.safetensors").is_file()
+    assert not (tmp_path / "out" / "README.md").exists()
+    assert (tmp_path / "out" / "notes.txt").read_text() == "kept"
+    LlamaLatentForCausalLM.from_pretrained(tmp_path / "out")  # and it loads
+
+
+def test_remote_code_in_a_process_with_interlayer_writes_the_same_card(tmp_path):
+    """Remote code saved again in a process where interlayer is imported writes the card the package writes for its
+    own class (the shipped code calls the package's writer)."""
+    from transformers.dynamic_module_utils import get_class_from_dynamic_module
+
+    build_stock_llama(str(tmp_path / "stock"))
+    LlamaLatentForCausalLM.from_pretrained(tmp_path / "stock").save_pretrained(tmp_path / "out")
+    # the Auto class would give the package's own class (registered when interlayer is imported): the folder's code
+    reference = json.loads((tmp_path / "out" / "config.json").read_text())["auto_map"]["AutoModelForCausalLM"]
+    remote = get_class_from_dynamic_module(reference, tmp_path / "out").from_pretrained(tmp_path / "out")
+    assert type(remote).__module__.startswith("transformers_modules")
+    remote.save_pretrained(tmp_path / "card")
+    remote_card = (tmp_path / "card" / "README.md").read_text()
+    shutil.rmtree(tmp_path / "card")
+    LlamaLatentForCausalLM.from_pretrained(tmp_path / "out").save_pretrained(tmp_path / "card")
+    assert remote_card == (tmp_path / "card" / "README.md").read_text()

@@ -47,6 +47,16 @@ def test_misspelt_mechanism_option_is_refused_by_from_pretrained(config_class, t
 
 
 @pytest.mark.parametrize("config_class", CONFIG_CLASSES, ids=lambda c: c.__name__)
+def test_transformers_keywords_are_never_taken_for_misspelt_options(config_class, tmp_path):
+    """`attn_implementation` and `experts_implementation`, which every transformers config takes, pass whatever
+    mechanism option they look like (`hc_implementation`), at config creation and in `from_pretrained`."""
+    config_class().save_pretrained(tmp_path)
+    for name in ("attn_implementation", "experts_implementation"):
+        config_class(**{name: "eager"})
+        config_class.from_pretrained(tmp_path, **{name: "eager"})
+
+
+@pytest.mark.parametrize("config_class", CONFIG_CLASSES, ids=lambda c: c.__name__)
 def test_non_finite_float_options_are_refused(config_class):
     names = _float_fields(config_class)
     assert names, "every mechanism has float options"

@@ -29,6 +29,7 @@ from transformers import (
 
 HC_MODES = ("static", "dynamic", "mhc")
 MHC_VARIANTS = ("seed", "deepseek_v4")
+HC_IMPLEMENTATIONS = ("fast", "eager")
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -82,6 +83,13 @@ class HyperConnectionFields(ZooConfigFields):
             grad mode is paid (seconds; a generation has two shapes: the prompt's and one token's). Same results to
             rounding. Off by default for that compile time; ignored in the other modes (where a compiled call costs
             more than the eager operations) and inside a model compiled as a whole.
+        hc_implementation (`str`, defaults to `"fast"`): how the hyper-connections compute their equation.
+            `"eager"`: `HyperConnection.forward` of modeling_hyper_connections.py, the equation as written (the
+            specification), with no statistics recorded (nothing for `mechanism_stats()` or `interlayer inspect` to
+            show) and `hc_recompute_streams` and `hc_fused` ignored. `"fast"`:
+            hyper_connections_fast.py, the same function to float rounding with hand-written backward passes, the
+            stream recomputation, `hc_fused`, and the statistics and composite-gain tracking of `mechanism_stats()`.
+            Chosen when the model is built: to change it, load the model again with the option.
         identity_init (`bool`, defaults to `True`): choose raw coefficients whose constrained values make the model
             compute the stock function (read-in sums to 1, write 1, mixing rows sum to 1, read-out the mean).
             `False` uses the seed's raw initialisation (read-in 1/K, write 1, mixing identity), which in `"mhc"` mode
@@ -94,6 +102,7 @@ class HyperConnectionFields(ZooConfigFields):
         "freeze_base",
         "hc_recompute_streams",
         "hc_fused",
+        "hc_implementation",
         "sinkhorn_iters",
     }
     init_options: ClassVar[frozenset[str]] = ZooConfigFields.init_options | {
@@ -114,12 +123,14 @@ class HyperConnectionFields(ZooConfigFields):
     freeze_base: bool = True
     hc_recompute_streams: bool = True
     hc_fused: bool = False
+    hc_implementation: Literal["fast", "eager"] = "fast"
 
     def validate_hyper_connections(self):
         check_range("num_hidden_layers", self.num_hidden_layers, 1)
         check_range("hc_streams", self.hc_streams, 1)
         check_choice("hc_mode", self.hc_mode, HC_MODES)
         check_choice("mhc_variant", self.mhc_variant, MHC_VARIANTS)
+        check_choice("hc_implementation", self.hc_implementation, HC_IMPLEMENTATIONS)
         check_range("sinkhorn_iters", self.sinkhorn_iters, 1)
         check_range("hc_read_in_focus", self.hc_read_in_focus, 0, 1, allow_none=True)
         check_range("hc_init_noise", self.hc_init_noise, 0)
@@ -144,7 +155,7 @@ class HyperConnectionFields(ZooConfigFields):
         return 0.5 if self.hc_mode == "mhc" else 1.0
 
 
-__all__ = ["HC_MODES", "MHC_VARIANTS", "HyperConnectionFields"]
+__all__ = ["HC_IMPLEMENTATIONS", "HC_MODES", "MHC_VARIANTS", "HyperConnectionFields"]
 
 
 # --- begin generated classes (python -m interlayer.models.generate_classes --fix): do not edit ---

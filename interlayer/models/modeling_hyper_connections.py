@@ -1,20 +1,41 @@
 """Hyper-connections (HC) and manifold-constrained hyper-connections (mHC) for the decoder families of families.py
 (seed 002): Llama, Qwen3, Qwen2, Mistral, Phi-3, OLMo 2, Gemma 2, Gemma 3 text, GPT-2.
 
-The residual stream of a stock decoder becomes K full-width streams `h` of shape `[batch, seq, K, hidden]`. Around
-every attention and MLP branch `F` (as the family declares it: its norms and dropout included):
+Shapes:
+    B   batch                      h         [B, T, K, C]  the K residual streams of every token
+    T   sequence                   x, F(x)   [B, T, C]     a sublayer's input (the read-in) and its output
+    K   streams (`hc_streams`)     H_pre     [K] static, [B, T, K] input-dependent: read-in weights
+    C   hidden size                H_post    [K] static, [B, T, K] input-dependent: write weights
+                                   H_res     [K, K] static, [B, T, K, K] input-dependent: mixing, [output, input]
 
-    x  = sum_k H_pre[k] h_k                          read-in
-    h' = H_res h + H_post^T F(x)                     h'_i = sum_j H_res[i, j] h_j + H_post[i] F(x)
+The residual stream of a stock decoder becomes K full-width streams `h`. Around every attention and MLP branch `F`
+(as the family declares it: its norms and dropout included):
 
-with static coefficients (`hc_mode="static"`), coefficients plus an input-dependent part
-`s * tanh(Linear(RMSNorm(h_k)))` computed per stream (`"dynamic"`, HC paper), or the manifold-constrained form
-`H_pre = sigmoid(.)`, `H_post = 2 sigmoid(.)`, `H_res = Sinkhorn-Knopp(exp(.))`, whose input-dependent part is a
-linear map of the RMS-normalised flattened streams (`"mhc"`, mHC paper); `mhc_variant="deepseek_v4"` computes
-DeepSeek-V4's formula instead (`H_pre = sigmoid + eps`, `H_post = 2 sigmoid`, `H_res = comb^T` with `comb` a row
-softmax followed by alternating eps-guarded column and row normalisations). Coefficients and the Sinkhorn projection
-are computed in fp32, also under bf16 autocast and with bf16 or fp16 weights. The embedding output is copied into
-every stream, and a learned read-out `sum_k r_k h_k` (starting at the mean) feeds the stock final norm.
+    x  = H_pre h                   x = sum_k H_pre[k] h_k                              read-in
+    h' = H_res h + H_post^T F(x)   h'_i = sum_j H_res[i, j] h_j + H_post[i] F(x)      mix and write
+
+with, per `hc_mode`, the coefficients made of the learned `pre` [K], `post` [K], `res` [K, K] and, when
+input-dependent, scales `s_pre`, `s_post`, `s_res` and a projection `Linear` (`dynamic_proj`):
+
+    static    H_pre = pre,  H_post = post,  H_res = res                                    (HC paper)
+    dynamic   H_pre[k] = pre[k] + s_pre tanh(z_k[0]),  H_post[k] = post[k] + s_post tanh(z_k[1]),
+              H_res[:, k] = res[:, k] + s_res tanh(z_k[2:]),  z_k = Linear(RMSNorm(h_k)) per stream k
+              (HC paper; no tanh with `hc_dynamic_tanh=False`)
+    mhc       H_pre = sigmoid(pre + s_pre z[:K]),  H_post = 2 sigmoid(post + s_post z[K:2K]),
+              H_res = Sinkhorn-Knopp(exp(res + s_res z[2K:])),  z = Linear(RMSNorm(flatten(h)))
+              (mHC paper; z = 0 with `mhc_dynamic=False`)
+
+and `mhc_variant="deepseek_v4"` computes DeepSeek-V4's formula instead (`H_pre = sigmoid(.) + eps`,
+`H_post = 2 sigmoid(.)`, `H_res = comb^T` with `comb` a row softmax followed by alternating eps-guarded column and row
+normalisations). Coefficients and the Sinkhorn projection are computed in fp32, also under bf16 autocast and with
+bf16 or fp16 weights. The embedding output is copied into every stream, and a learned read-out `sum_k r_k h_k`
+(starting at the mean) feeds the stock final norm.
+
+`HyperConnection.forward` is these lines as written, and the specification: `hc_implementation="fast"` (the default)
+builds the layers' hyper-connections as `FastHyperConnection` instead, whose `coefficients` and `forward` come from
+hyper_connections_fast.py: the same function with hand-written backward passes, stream recomputation, fused
+coefficients and the statistics that `mechanism_stats()` reports, tested against this file's equation. Both files
+take Sinkhorn-Knopp, DeepSeek-V4's normalisation and the coefficients' RMSNorm from hyper_connections_maths.py.
 
 With `identity_init=True` the streams stay equal until trained (read-in sums to 1, every stream receives `F(x)`, the
 rows of `H_res` sum to 1), so the converted model computes the stock function in every mode (DeepSeek-V4's variant
@@ -27,12 +48,9 @@ from .zoo_requirements import MIN_TRANSFORMERS  # noqa: F401
 # isort: split
 
 import contextlib
-import math
 
 import torch
 from torch import nn
-from torch.utils._python_dispatch import is_in_torch_dispatch_mode
-from torch.utils.checkpoint import checkpoint
 from transformers import initialization as init
 from transformers.cache_utils import Cache
 from transformers.generation import GenerationMixin
@@ -41,7 +59,9 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
 from .decoder_common import CausalLMMixin, DecoderLayerRolesMixin, DecoderStackMixin, FreezeBaseMixin
-from .zoo_common import CACHE_KWARG, StatsAccumulator, register_for_auto_classes, select_hidden_states, take_cache
+from .hyper_connections_fast import FastHyperConnectionMixin, ForwardPassMachinery, RunningMaxAccumulator
+from .hyper_connections_maths import MHC_EPS, deepseek_comb, mhc_mixing, rms_norm, sinkhorn_knopp
+from .zoo_common import CACHE_KWARG, register_for_auto_classes, select_hidden_states, take_cache
 
 # isort: split
 # --- begin generated imports (python -m interlayer.models.generate_classes --fix): do not edit ---
@@ -85,373 +105,14 @@ from .families import GEMMA2, GEMMA3_TEXT, GPT2, LLAMA, MISTRAL, OLMO2, PHI3, QW
 
 # --- end generated imports ---
 
-COEFFICIENT_EPS = 1e-6
-MHC_EPS = 1e-6  # DeepSeek-V4's hc_eps: added to its read-in and softmax, and to every normalisation's denominator
 MHC_RES_DIAGONAL = 4.0  # raw diagonal of H_res at identity_init in mHC mode (about 0.95 on the diagonal at K=4)
 SUBLAYERS = ("attn", "mlp")
 
 
-def sinkhorn_knopp(logits: torch.Tensor, iters: int) -> torch.Tensor:
-    """Project `exp(logits)` (`[..., K, K]`) towards the doubly-stochastic matrices: `iters` rounds of column then
-    row normalisation, so rows sum to 1 to rounding (the columns only approximately, see docs/hyper_connections.md).
-
-    Finite for any finite logits (of magnitude below 1e38): the first round runs in the log domain, each column and
-    then each row shifted by its own log-sum-exp, so no column or row underflows to zeros as a whole (one shift by the
-    matrix's maximum let a column 100 below it become 0/0). After it the rows sum to 1 and every column holds an entry
-    of at least 1/K^2, and each later round keeps that (a column or row sum is at least 1/K^2), so the other rounds
-    run in the exp domain, at half the log domain's cost or less. The iterations run with the two K axes first (5x
-    faster on CPU than reducing over the last axes)."""
-    m = logits.movedim((-2, -1), (0, 1)).contiguous()
-    m = m - torch.logsumexp(m, dim=0, keepdim=True)
-    m = torch.exp(m - torch.logsumexp(m, dim=1, keepdim=True))
-    for _ in range(iters - 1):
-        m = m / m.sum(dim=0, keepdim=True)
-        m = m / m.sum(dim=1, keepdim=True)
-    return m.movedim((0, 1), (-2, -1))
-
-
-def deepseek_comb(logits: torch.Tensor, iters: int, eps: float = MHC_EPS) -> torch.Tensor:
-    """DeepSeek-V4's mixing matrix `comb` (`[..., K, K]`, indexed [input stream, output stream]) from its logits, as
-    its published code computes it (TileKernels `sinkhorn_normalize_ref`, transformers' `DeepseekV4HyperConnection`):
-    a softmax over each row plus `eps`, each column divided by its sum plus `eps`, then `iters - 1` rounds of rows
-    then columns, each divided by its sum plus `eps`. Columns are normalised last, so each output stream's weights
-    sum to about `1 - eps`; the streams are mixed by `comb` transposed. Finite for any finite logits (the softmax is
-    shifted by its row's maximum, and every entry stays above 0 through the added `eps`). Runs with the K axes first,
-    as `sinkhorn_knopp`."""
-    m = torch.softmax(logits.movedim((-2, -1), (0, 1)), dim=1) + eps
-    m = m / (m.sum(dim=0, keepdim=True) + eps)
-    for _ in range(iters - 1):
-        m = m / (m.sum(dim=1, keepdim=True) + eps)
-        m = m / (m.sum(dim=0, keepdim=True) + eps)
-    return m.movedim((0, 1), (-2, -1))
-
-
-def _deepseek_res(logits: torch.Tensor, iters: int) -> torch.Tensor:
-    """`H_res = comb^T` ([output, input], what multiplies the streams) from DeepSeek-V4's comb logits."""
-    return deepseek_comb(logits, iters).mT
-
-
-def _mhc_maps(pre, post, res, iters: int, variant: str, recompute_sinkhorn: bool = False):
-    """`(H_pre, H_post, H_res)` of mHC from the fp32 logits (static, or static plus input-dependent): the seed's
-    `sigmoid`, `2 sigmoid`, `Sinkhorn-Knopp(exp(res))`, or DeepSeek-V4's `sigmoid + eps`, `2 sigmoid`,
-    `deepseek_comb(res)^T` (with `recompute_sinkhorn`, the normalisation rounds are recomputed in backward and only
-    the logits saved)."""
-    if variant == "deepseek_v4":
-        pre, project = torch.sigmoid(pre) + MHC_EPS, _deepseek_res
-    else:
-        pre, project = torch.sigmoid(pre), sinkhorn_knopp
-    post = 2.0 * torch.sigmoid(post)
-    if recompute_sinkhorn:
-        return pre, post, checkpoint(project, res, iters, use_reentrant=False)
-    return pre, post, project(res, iters)
-
-
-def _rms_scale(x: torch.Tensor) -> torch.Tensor:
-    """`1 / RMS(x)` over the last axis (no squared copy of `x` is kept for backward)."""
-    rms = torch.linalg.vector_norm(x, dim=-1, keepdim=True) * x.shape[-1] ** -0.5
-    return torch.rsqrt(rms.square() + COEFFICIENT_EPS)
-
-
-def _product(maps: torch.Tensor, streams: torch.Tensor) -> torch.Tensor:
-    """`[H_pre; H_res] @ h` as one broadcast `matmul` (1.8-2.9x faster than `einsum` on CPU with torch 2.13, from one
-    token to 4 x 256, see docs/hyper_connections.md): maps `[M, K]` (static) or `[..., M, K]` (per token), streams
-    `[..., K, D]`. The first layer's streams are K views of the embeddings (stride 0), where the product is each
-    row's sum times the embedding (batched products over stride-0 operands run 15x slower on CPU)."""
-    single = _single_stream(streams)
-    if single is not None:
-        return maps.sum(-1, keepdim=True) * single
-    return torch.matmul(maps, streams)
-
-
-def _single_stream(streams: torch.Tensor) -> torch.Tensor | None:
-    """`[..., 1, D]` when the K streams are views of one tensor (the expanded embeddings), else None."""
-    return streams[..., :1, :] if streams.shape[-2] > 1 and streams.stride(-2) == 0 else None
-
-
-def _read_mix(maps: torch.Tensor, streams: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """`(H_pre h, H_res h)`: rows 0 and 1.. of `_product` (views of it)."""
-    product = _product(maps, streams)
-    return product[..., 0, :], product[..., 1:, :]
-
-
-def _write(mixed: torch.Tensor, post: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """`H_res h + H_post^T F(x)` from the mixed streams `H_res h` and the sublayer output."""
-    return torch.addcmul(mixed, post.unsqueeze(-1), out.unsqueeze(-2))
-
-
-def _token_sum(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """`sum over tokens and hidden units of a[..., i, d] b[..., j, d]` (`[I, J]`, the gradient of a map shared by every
-    token): each token's small product, then one sum over tokens (5x faster on CPU than `einsum`, which copies both
-    operands into transposed layouts first)."""
-    return torch.bmm(a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:]).mT).sum(0)
-
-
-def _map_grad(grad: torch.Tensor, streams: torch.Tensor, shared: bool) -> torch.Tensor:
-    """The gradient of maps `[..., I, K]` applied as `maps @ streams` from the product's gradient `[..., I, D]`:
-    summed over tokens for a map `shared` by every token, per token otherwise."""
-    single = _single_stream(streams)
-    if single is not None:  # every column gets the same gradient
-        column = _map_grad(grad, single, shared)
-        return column.expand(*column.shape[:-1], streams.shape[-2])
-    return _token_sum(grad, streams) if shared else torch.matmul(grad, streams.mT)
-
-
-class _ReadMix(torch.autograd.Function):
-    """`(H_pre h, H_res h)` from the maps `[H_pre; H_res]` in one product: the sublayer input `[..., D]` (a copy, so
-    that what the sublayer keeps for backward does not hold the product) and the mixed streams `[..., K, D]` (a view).
-    Backward writes each gradient once: autograd's product and slices would build the product's gradient from zeros
-    and copies, and a shared map's gradient through `einsum`'s transposed copies. Only the inputs are kept."""
-
-    @staticmethod
-    def forward(ctx, maps, streams):
-        ctx.save_for_backward(maps, streams)
-        # detached: matmul folds differently when an input requires grad, and the stream recomputation (no grad)
-        # must rebuild the same bits
-        x, mixed = _read_mix(maps.detach(), streams.detach())
-        return x.clone(), mixed
-
-    @staticmethod
-    def backward(ctx, grad_x, grad_mixed):
-        maps, streams = ctx.saved_tensors  # under autocast the product (and so the gradients) may be in bf16
-        dtype = grad_mixed.dtype
-        grad_x = grad_x.to(dtype)
-        maps_, streams_ = maps.to(dtype), streams.to(dtype)
-        grad_maps = grad_streams = None
-        if ctx.needs_input_grad[0]:
-            shared = maps.dim() == 2
-            grad_pre = _map_grad(grad_x.unsqueeze(-2), streams_, shared)
-            grad_maps = torch.cat([grad_pre, _map_grad(grad_mixed, streams_, shared)], dim=-2).to(maps.dtype)
-        if ctx.needs_input_grad[1]:
-            grad_streams = torch.matmul(maps_[..., 1:, :].mT, grad_mixed)
-            grad_streams = grad_streams.addcmul_(maps_[..., 0, :].unsqueeze(-1), grad_x.unsqueeze(-2))
-            grad_streams = grad_streams.to(streams.dtype)
-        return grad_maps, grad_streams
-
-
-class _Write(torch.autograd.Function):
-    """`_write` with a backward that passes the streams' gradient through as it is (no copy) and computes
-    `H_post`'s and the sublayer output's gradients as products instead of element-wise products and sums over
-    K-wide temporaries."""
-
-    @staticmethod
-    def forward(ctx, mixed, post, out):
-        ctx.save_for_backward(post, out)
-        return _write(mixed, post, out)
-
-    @staticmethod
-    def backward(ctx, grad):
-        post, out = ctx.saved_tensors
-        grad_post = grad_out = None
-        if ctx.needs_input_grad[1]:
-            out_ = out.to(grad.dtype).unsqueeze(-2)
-            if post.dim() == 1:
-                grad_post = _token_sum(grad, out_).squeeze(-1)
-            else:
-                grad_post = torch.matmul(grad, out_.mT).squeeze(-1)
-            grad_post = grad_post.to(post.dtype)
-        if ctx.needs_input_grad[2]:
-            grad_out = torch.matmul(post.to(grad.dtype).unsqueeze(-2), grad).squeeze(-2).to(out.dtype)
-        return grad, grad_post, grad_out
-
-
-class StreamRecomputation:
-    """Keeps the K-wide streams for backward only at every `every`-th sublayer and recomputes the others from there.
-
-    Each sublayer's input streams are needed in backward (for the gradients of its coefficients). Instead of letting
-    autograd keep them, a `saved_tensors_hooks` pair replaces them by a handle; backward asks for them in reverse
-    order, and the streams of a block of `every` sublayers are recomputed once from the block's first streams with the
-    same operations as the forward pass (so bit for bit), from what backward keeps anyway: the coefficients and each
-    sublayer's output. Memory: about `L / every + every` K-wide tensors instead of `L` for `L` sublayers.
-    """
-
-    def __init__(self, every: int):
-        self.every = every
-        self.kept: dict[int, torch.Tensor] = {}
-        self.steps: list[tuple] = []
-        self.current: tuple[int, int] | None = None  # (sublayer, storage pointer) of the streams being read
-        self.cache: dict[int, torch.Tensor] = {}
-        self.hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
-        self.autocast: dict | None = None  # the forward's autocast state, under which backward recomputes
-
-    def __enter__(self):
-        self.hooks.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        self.current = None
-        hooks, self.hooks = self.hooks, None  # no reference cycle: freed with the graph, without waiting for gc
-        return hooks.__exit__(*exc)
-
-    def reading(self, streams: torch.Tensor) -> None:
-        """The next sublayer starts reading `streams` (its coefficients and product will save them)."""
-        index = len(self.steps)
-        if self.autocast is None:
-            device = streams.device.type
-            self.autocast = {
-                "device_type": device,
-                "dtype": torch.get_autocast_dtype(device),
-                "enabled": torch.is_autocast_enabled(device),
-            }
-        owns_storage = streams.untyped_storage().nbytes() == streams.numel() * streams.element_size()
-        if index % self.every == 0 or not owns_storage:  # the first streams are a view of the embeddings
-            self.kept[index] = streams
-            self.current = None
-        else:
-            self.current = (index, streams.untyped_storage().data_ptr())
-
-    def read(self, maps: torch.Tensor, post: torch.Tensor) -> None:
-        """The sublayer has taken what it saves of its input streams; record what rebuilds its output."""
-        self.current = None
-        self.steps.append((maps.detach(), post.detach()))
-
-    def wrote(self, out: torch.Tensor) -> None:
-        maps, post = self.steps[-1]
-        self.steps[-1] = (maps, post, out.detach())
-
-    def _pack(self, tensor):
-        if self.current is not None and tensor.untyped_storage().data_ptr() == self.current[1]:
-            return (self.current[0], tensor.shape, tensor.stride(), tensor.storage_offset())
-        return tensor
-
-    def _unpack(self, packed):
-        if isinstance(packed, torch.Tensor):
-            return packed
-        index, shape, stride, offset = packed
-        if index not in self.cache:
-            start = max(i for i in self.kept if i < index)
-            self.cache = {start: self.kept[start]}
-            with torch.no_grad(), torch.autocast(**self.autocast):
-                streams = self.kept[start]
-                for i in range(start, index):
-                    maps, post, out = self.steps[i]
-                    streams = _write(_read_mix(maps, streams)[1], post, out)
-                    self.cache[i + 1] = streams
-        return self.cache[index].as_strided(shape, stride, offset)
-
-
-class CompositeGain:
-    """The composite residual map `H_res^(n) ... H_res^(1)` of every token through the sublayers of one forward pass,
-    and its worst gain: the largest absolute row and column sums over every prefix of depth, per token; also the
-    coefficient statistics of every sublayer (their mean over tokens).
-
-    A sublayer only hands its coefficients over (`record`, no tensor operation); `close` computes everything at once,
-    in fp32 and without grad: the prefix products by a parallel scan (`ceil(log2 n)` batched products for `n`
-    sublayers, not one product per sublayer and token) and each statistic as one stacked mean, so that the cost per
-    forward no longer grows by about ten small operations per sublayer (a third of static HC's decoding overhead).
-    """
-
-    def __init__(self):
-        self.records: list[tuple] = []  # (hyper-connection, pre, post, res) per sublayer, in order
-        self.closed = False
-
-    def record(self, hc: "HyperConnection", pre: torch.Tensor, post: torch.Tensor, res: torch.Tensor) -> None:
-        self.records.append((hc, pre.detach(), post.detach(), res.detach()))
-
-    @staticmethod
-    def prefix_products(res: torch.Tensor) -> torch.Tensor:
-        """`P[i] = res[i] @ ... @ res[0]` for `res` `[n, ..., K, K]` (Hillis-Steele scan: the later block times the
-        earlier prefix)."""
-        shift = 1
-        while shift < res.shape[0]:
-            res = torch.cat([res[:shift], torch.matmul(res[shift:], res[:-shift])])
-            shift *= 2
-        return res
-
-    @torch.no_grad()
-    def close(self, attention_mask) -> torch.Tensor | None:
-        """Records each sublayer's mean coefficients in its statistics and returns the worst `(row, column)` gain
-        over depth and over the tokens that `attention_mask` (2-d, when given) keeps. Closed, it is not updated again
-        (gradient checkpointing runs the layers again in backward)."""
-        self.closed = True
-        records, self.records = self.records, []
-        if not records:
-            return None
-        hcs = [r[0] for r in records]
-        pre, post, res = (torch.stack([r[i].float() for r in records]) for i in (1, 2, 3))
-        magnitude = self.prefix_products(res).abs()
-        worst = torch.stack([magnitude.sum(-1).amax(-1), magnitude.sum(-2).amax(-1)], dim=-1).amax(0)
-        if pre.dim() > 2:  # per-token coefficients: their mean over tokens
-            pre, post, res = pre.flatten(1, -2).mean(1), post.flatten(1, -2).mean(1), res.flatten(1, -3).mean(1)
-        for hc, p, q, r in zip(hcs, pre.unbind(0), post.unbind(0), res.unbind(0)):
-            name = f"hc/L{hc.layer_idx}/{hc.sublayer}"
-            hc.stats.add(f"{name}/pre", p)
-            hc.stats.add(f"{name}/post", q)
-            hc.stats.add(f"{name}/res", r)
-        if worst.dim() == 1:
-            return worst
-        if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2:
-            keep = attention_mask[:, -worst.shape[-2] :].bool().unsqueeze(-1)
-            worst = worst.masked_fill(~keep, 0.0)  # gains are >= 0: padding never wins, with no host sync
-        return worst.flatten(0, -2).amax(0)
-
-
-class DeferredStatsAccumulator(StatsAccumulator):
-    """A `StatsAccumulator` that keeps what is added in a list and sums it when read (or every 256 values): one
-    stacked sum instead of an addition per forward pass (the hyper-connections' coefficients, 3 per sublayer)."""
-
-    FOLD_EVERY = 256
-
-    def __init__(self):
-        super().__init__()
-        self._pending: dict[str, list[torch.Tensor]] = {}
-
-    def _record(self, name: str, value: torch.Tensor) -> None:
-        pending = self._pending.setdefault(name, [])
-        pending.append(value)
-        if len(pending) >= self.FOLD_EVERY:
-            self._fold(name)
-
-    @torch.no_grad()
-    def _fold(self, name: str) -> None:
-        values = self._pending.pop(name)
-        total = torch.stack(values).float().sum(0)
-        if name in self._sums:
-            self._sums[name] = self._sums[name] + total
-            self._counts[name] += len(values)
-        else:
-            self._sums[name], self._counts[name] = total, len(values)
-
-    def read(self, reset: bool = True, split: str | None = None) -> dict[str, float]:
-        for name in list(self._pending):
-            self._fold(name)
-        return super().read(reset=reset, split=split)
-
-
-class RunningMaxAccumulator(StatsAccumulator):
-    """A `StatsAccumulator` that keeps the largest value since the last read instead of the mean (for worst cases)."""
-
-    def _record(self, name: str, value: torch.Tensor) -> None:
-        value = value.float()
-        self._sums[name] = torch.maximum(self._sums[name], value) if name in self._sums else value.clone()
-        self._counts[name] = 1
-
-
-def _compiled(fn):
-    """`fn` compiled once per process with `torch.compile(fullgraph=True)` (shapes specialised; a handful of shapes
-    in a generation: the prompt's and one token's)."""
-    if fn not in _COMPILED:
-        _COMPILED[fn] = torch.compile(fn, fullgraph=True)
-    return _COMPILED[fn]
-
-
-_COMPILED: dict = {}
-
-
-def _mhc_coefficients(
-    flat, weight, pre, post, res, scale, k: int, iters: int, recompute_sinkhorn: bool = False, variant: str = "seed"
-):
-    """Input-dependent mHC coefficients from the flattened fp32 streams `[..., K*D]` and the fp32 parameters:
-    `z = Linear(RMSNorm(flat))` split into the three parts, each added to its static logits with its learned scale,
-    then the constraints of `variant` (`_mhc_maps`)."""
-    z = nn.functional.linear(flat, weight) * _rms_scale(flat)
-    pre = pre + scale[0] * z[..., :k]
-    post = post + scale[1] * z[..., k : 2 * k]
-    res = res + scale[2] * z[..., 2 * k :].unflatten(-1, (k, k))
-    return _mhc_maps(pre, post, res, iters, variant, recompute_sinkhorn)
-
-
 class HyperConnection(nn.Module):
-    """Read-in, write and mixing coefficients around one sublayer (attention or MLP) of one decoder layer."""
+    """`h' = H_res h + H_post^T F(H_pre h)` around one sublayer `F` (attention or MLP) of one decoder layer, with its
+    read-in, write and mixing coefficients: the equation as the seed writes it, and the specification that
+    `FastHyperConnection` (the default, `hc_implementation="fast"`) is tested against."""
 
     def __init__(self, config, layer_idx: int, sublayer: str):
         super().__init__()
@@ -466,17 +127,12 @@ class HyperConnection(nn.Module):
         self.res = nn.Parameter(torch.empty(k, k))
         self.dynamic = self.mode == "dynamic" or (self.mode == "mhc" and config.mhc_dynamic)
         self.dynamic_tanh = self.mode == "dynamic" and config.hc_dynamic_tanh
-        # compiled where it wins: input-dependent mHC (Sinkhorn's rounds); dynamic HC's few operations cost less
-        # eagerly than a compiled call
-        self.fused = config.hc_fused and self.mode == "mhc" and self.dynamic
         if self.dynamic:
             if self.mode == "dynamic":  # per stream: RMSNorm(h_k) -> (pre_k, post_k, res[:, k])
                 self.dynamic_proj = nn.Linear(config.hidden_size, k + 2, bias=False)
             else:  # all streams at once: RMSNorm(flatten(h)) -> (pre, post, res)
                 self.dynamic_proj = nn.Linear(k * config.hidden_size, k * (k + 2), bias=False)
             self.dynamic_scale = nn.Parameter(torch.empty(3))  # s_pre, s_post, s_res
-        self.stats = DeferredStatsAccumulator()
-        self._frozen = None  # without grad: (key, value) of what depends on the parameters only
 
     @torch.no_grad()
     def reset_parameters(self, config) -> None:
@@ -505,90 +161,51 @@ class HyperConnection(nn.Module):
             init.zeros_(self.dynamic_proj.weight)
             init.constant_(self.dynamic_scale, float(config.hc_dynamic_scale_init))
 
-    def _reused(self, make, dtype):
-        """`make()` (a function of the parameters only), reused without grad until a parameter changes (the key
-        reads storage pointers and version counters, which tracing has not) or the dtype does."""
-        if torch.is_grad_enabled() or torch.compiler.is_compiling():
-            return make()
-        key = (dtype, *((p.data_ptr(), p._version) for p in self.parameters()))
-        if self._frozen is None or self._frozen[0] != key:
-            self._frozen = (key, make())
-        return self._frozen[1]
-
-    def _dynamic_parts(self, streams: torch.Tensor):
-        """HC's per-stream input-dependent parts from fp32 streams: `Linear(RMSNorm(h_k))` (`[..., K, K + 2]`),
-        optionally squashed by tanh, split into pre, post and the columns of res."""
-        # RMSNorm(h_k) @ W^T == (h_k @ W^T) * rsqrt(mean(h_k^2)): no normalised copy of the streams is kept
-        z = nn.functional.linear(streams, self.dynamic_proj.weight.float()) * _rms_scale(streams)
-        if self.dynamic_tanh:
-            z = torch.tanh(z)
-        return z[..., 0], z[..., 1], z[..., 2:].transpose(-1, -2)
-
-    def coefficients(self, streams: torch.Tensor):
-        """`(H_pre [..., K], H_post [..., K], H_res [..., K, K])`: shapes `[K]` when static, `[batch, seq, K]`
-        when input-dependent. Computed in fp32 (whatever the dtype of the streams and the parameters) and returned in
-        the streams' dtype. Without grad, static coefficients are computed once and reused until a parameter
-        changes."""
-        if not self.dynamic:
-            return self._reused(lambda: self._coefficients(streams), streams.dtype)
-        return self._coefficients(streams)
-
-    def _coefficients(self, streams: torch.Tensor):
-        with torch.autocast(device_type=streams.device.type, enabled=False):
+    def coefficients(self, h: torch.Tensor):
+        """`(H_pre, H_post, H_res)` for streams `h` `[B, T, K, C]` (shapes in the module docstring), computed in fp32
+        (whatever the dtype of the streams and the parameters) and returned in the streams' dtype."""
+        k = self.streams
+        with torch.autocast(device_type=h.device.type, enabled=False):
             pre, post, res = self.pre.float(), self.post.float(), self.res.float()
-            if self.mode == "dynamic":
-                d_pre, d_post, d_res = self._dynamic_parts(streams.float())
-                scale = self.dynamic_scale.float()
-                pre, post, res = pre + scale[0] * d_pre, post + scale[1] * d_post, res + scale[2] * d_res
-            elif self.dynamic:  # fused: one compiled graph (Sinkhorn's backward in it too, so nothing to recompute)
-                # eager inside a compiled model (traced as a whole) and under a dispatch mode such as torch's
-                # FlopCounterMode, which torch.compile refuses to run under
-                fused = self.fused and not torch.compiler.is_compiling() and not is_in_torch_dispatch_mode()
-                fn = _compiled(_mhc_coefficients) if fused else _mhc_coefficients
-                weight, scale = self.dynamic_proj.weight.float(), self.dynamic_scale.float()
-                recompute = torch.is_grad_enabled() and not fused
-                flat = streams.float().flatten(-2)
-                pre, post, res = fn(
-                    flat, weight, pre, post, res, scale, self.streams, self.sinkhorn_iters, recompute, self.variant
-                )
-            elif self.mode == "mhc":
-                pre, post, res = _mhc_maps(pre, post, res, self.sinkhorn_iters, self.variant)
-        dtype = streams.dtype
-        return pre.to(dtype), post.to(dtype), res.to(dtype)
+            if self.dynamic:
+                s_pre, s_post, s_res = self.dynamic_scale.float()
+                weight = self.dynamic_proj.weight.float()
+            if self.mode == "dynamic":  # per stream k: z[k] = Linear(RMSNorm(h_k)), [B, T, K, K + 2]
+                z = nn.functional.linear(rms_norm(h.float()), weight)
+                if self.dynamic_tanh:
+                    z = torch.tanh(z)
+                pre = pre + s_pre * z[..., 0]
+                post = post + s_post * z[..., 1]
+                res = res + s_res * z[..., 2:].mT  # stream k's part is column k of H_res
+            elif self.dynamic:  # mHC, all streams at once: z = Linear(RMSNorm(flatten(h))), [B, T, K(K + 2)]
+                z = nn.functional.linear(rms_norm(h.float().flatten(-2)), weight)
+                pre = pre + s_pre * z[..., :k]
+                post = post + s_post * z[..., k : 2 * k]
+                res = res + s_res * z[..., 2 * k :].unflatten(-1, (k, k))
+            if self.mode == "mhc":  # the manifold constraints
+                pre = torch.sigmoid(pre) + (MHC_EPS if self.variant == "deepseek_v4" else 0.0)
+                post = 2.0 * torch.sigmoid(post)
+                res = mhc_mixing(res, self.sinkhorn_iters, self.variant)
+        return pre.to(h.dtype), post.to(h.dtype), res.to(h.dtype)
 
-    def _maps(self, streams: torch.Tensor):
-        """`(H_pre, H_post, H_res, [H_pre; H_res])`, the last the maps of the read-in and mixing product."""
-        pre, post, res = self._coefficients(streams)
-        return pre, post, res, torch.cat([pre.unsqueeze(-2), res], dim=-2)
+    def forward(self, h: torch.Tensor, branch) -> torch.Tensor:
+        """`h' = H_res h + H_post^T F(H_pre h)` for streams `h` `[B, T, K, C]`, with `branch` the sublayer `F`."""
+        H_pre, H_post, H_res = self.coefficients(h)
+        x = torch.einsum("...k,...kc->...c", H_pre, h)  # read-in
+        y = branch(x)  # F(x)
+        return torch.einsum("...ij,...jc->...ic", H_res, h) + H_post.unsqueeze(-1) * y.unsqueeze(-2)  # mix and write
 
-    def forward(
-        self,
-        streams: torch.Tensor,
-        sublayer,
-        recompute: "StreamRecomputation | None" = None,
-        gain: "CompositeGain | None" = None,
-    ) -> torch.Tensor:
-        """`h' = H_res h + H_post^T sublayer(H_pre h)` for streams `[batch, seq, K, hidden]`. `recompute` and `gain`
-        are the forward pass's stream recomputation and composite-gain tracker, when it uses them; statistics are
-        recorded with the tracker (eager forwards), once per forward (not again when checkpointing reruns a layer)."""
-        if recompute is not None:
-            recompute.reading(streams)
-        if self.dynamic:
-            pre, post, res, maps = self._maps(streams)
-        else:
-            pre, post, res, maps = self._reused(lambda: self._maps(streams), streams.dtype)
-        if gain is not None and not gain.closed:
-            gain.record(self, pre, post, res)
-        # read-in and mixing in one product: row 0 of [H_pre; H_res] @ h is the sublayer input, rows 1.. the mixed
-        # streams
-        grad = torch.is_grad_enabled()
-        x, mixed = _ReadMix.apply(maps, streams) if grad else _read_mix(maps, streams)
-        if recompute is not None:
-            recompute.read(maps, post)
-        out = sublayer(x)
-        if recompute is not None:
-            recompute.wrote(out)
-        return _Write.apply(mixed, post, out) if grad else _write(mixed, post, out)
+
+class FastHyperConnection(FastHyperConnectionMixin, HyperConnection):
+    """`HyperConnection` with the `coefficients` and `forward` of hyper_connections_fast.py (`hc_implementation="fast"`,
+    the default): the same parameters and, to float rounding, the same function, with hand-written backward passes,
+    the stream recomputation, fused coefficients and the statistics of `mechanism_stats()`."""
+
+
+def hyper_connection_class(config) -> type[HyperConnection]:
+    """The class of a layer's hyper-connections, chosen when the layer is built: `HyperConnection` (the equation) for
+    `hc_implementation="eager"`, else `FastHyperConnection`."""
+    return HyperConnection if config.hc_implementation == "eager" else FastHyperConnection
 
 
 class HCDecoderLayerMixin(DecoderLayerRolesMixin):
@@ -597,8 +214,9 @@ class HCDecoderLayerMixin(DecoderLayerRolesMixin):
 
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)
-        self.hc_attn = HyperConnection(config, layer_idx, "attn")
-        self.hc_mlp = HyperConnection(config, layer_idx, "mlp")
+        hyper_connection = hyper_connection_class(config)
+        self.hc_attn = hyper_connection(config, layer_idx, "attn")
+        self.hc_mlp = hyper_connection(config, layer_idx, "mlp")
 
     def forward(
         self,
@@ -608,12 +226,10 @@ class HCDecoderLayerMixin(DecoderLayerRolesMixin):
         past_key_values: Cache | None = None,
         use_cache: bool | None = False,
         position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
-        hc_recompute: StreamRecomputation | None = None,
-        hc_gain: CompositeGain | None = None,
         **kwargs,
     ) -> torch.Tensor:
-        """As the stock layer on streams `[batch, seq, K, hidden]`; `hc_recompute` and `hc_gain` are the model
-        forward's stream recomputation and composite-gain tracker (`None` when not used)."""
+        """As the stock layer on streams `[B, T, K, C]`: `h' = H_res h + H_post^T F(H_pre h)` around `F_attn`, then
+        around `F_mlp`."""
         past_key_values = take_cache(past_key_values, kwargs)
 
         def attention(x):
@@ -627,8 +243,8 @@ class HCDecoderLayerMixin(DecoderLayerRolesMixin):
                 **kwargs,
             )
 
-        streams = self.hc_attn(hidden_states, attention, hc_recompute, hc_gain)
-        return self.hc_mlp(streams, self.mlp_branch, hc_recompute, hc_gain)
+        streams = self.hc_attn(hidden_states, attention)
+        return self.hc_mlp(streams, self.mlp_branch)
 
 
 class HCPreTrainedMixin(FreezeBaseMixin):
@@ -677,7 +293,9 @@ class HCPreTrainedMixin(FreezeBaseMixin):
         column sums of `H_res^(L) ... H_res^(1)` built from those means (`hc/amax_gain_row`, `hc/amax_gain_col`),
         and the worst case (`hc/amax_gain_row_worst`, `hc/amax_gain_col_worst`): the same sums of every token's own
         composite, at every depth (after each sublayer), maximised over depth, over the tokens the attention mask
-        keeps and over the forwards since the last read. Forwards under torch.compile / torch.export record none."""
+        keeps and over the forwards since the last read. These are recorded by the fast implementation (the default), in
+        eager forwards; the eager one (`hc_implementation="eager"`) and forwards under torch.compile / torch.export
+        record none."""
         out = super().mechanism_stats(reset=reset, split=split)
         k = self.config.hc_streams
         for prefix in ("", "eval/") if split is None else ("",):
@@ -701,10 +319,23 @@ class HCModelMixin(HCPreTrainedMixin, DecoderStackMixin):
 
     def build_mechanism(self, config) -> None:
         self.hc_read_out = nn.Parameter(torch.empty(config.hc_streams))
-        self.hc_gain_stats = RunningMaxAccumulator()
+        self.hc_machinery = None
+        if config.hc_implementation == "fast":  # what the fast hyper-connections run around the layers of a forward
+            self.hc_gain_stats = RunningMaxAccumulator()
+            self.hc_machinery = ForwardPassMachinery()
+            for hc in self.hyper_connections:
+                hc.machinery = self.hc_machinery
 
     def read_out(self, streams: torch.Tensor) -> torch.Tensor:
         return (streams * self.hc_read_out.to(streams.dtype).unsqueeze(-1)).sum(dim=-2)
+
+    def around_layers(self, attention_mask):
+        """The fast implementation's stream recomputation and composite-gain tracking around the layers of an eager
+        forward (`ForwardPassMachinery`); nothing for the equation (`hc_implementation="eager"`) and in compiled and
+        exported forwards, which cannot trace their Python-side state."""
+        if self.hc_machinery is None or torch.compiler.is_compiling():
+            return contextlib.nullcontext()
+        return self.hc_machinery.around_layers(self, attention_mask)
 
     @merge_with_config_defaults
     @capture_outputs
@@ -720,41 +351,35 @@ class HCModelMixin(HCPreTrainedMixin, DecoderStackMixin):
         **kwargs,
     ) -> BaseModelOutputWithPast:
         """As the stock model; `hidden_states` (when asked for) are the read-outs of the streams after each layer."""
+        built = "eager" if self.hc_machinery is None else "fast"
+        if self.config.hc_implementation != built:
+            raise ValueError(
+                f"`hc_implementation={self.config.hc_implementation!r}` was set on a built {type(self).__name__}, "
+                f"whose hyper-connections are {built!r} (chosen when the model is built). Load it with the option "
+                f"instead: from_pretrained(..., hc_implementation={self.config.hc_implementation!r})."
+            )
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
         inputs_embeds, past_key_values, position_ids, masks, position_embeddings = self.prepare_inputs(
             input_ids, inputs_embeds, attention_mask, position_ids, past_key_values, use_cache, kwargs
         )
         layer_types = self.layer_types
+        # every stream starts as the embedding: h [B, T, K, C]
         streams = inputs_embeds.unsqueeze(-2).expand(*inputs_embeds.shape[:-1], self.config.hc_streams, -1)
         all_hidden = [inputs_embeds] if output_hidden_states else None
-        # statistics and the stream recomputation keep Python-side state (running sums, saved-tensor hooks keyed on
-        # storage pointers), which torch.compile and torch.export cannot trace: compiled and exported forwards run
-        # without them (same result; the streams are kept for backward, and no statistics are recorded)
-        eager = not torch.compiler.is_compiling()
-        recompute = None
-        if eager and self.config.hc_recompute_streams and torch.is_grad_enabled() and not self.gradient_checkpointing:
-            recompute = StreamRecomputation(every=math.ceil(math.sqrt(2 * self.config.num_hidden_layers)))
-        gain = CompositeGain() if eager else None
-        with recompute if recompute is not None else contextlib.nullcontext():
-            streams = self._run_layers(
-                streams,
-                masks,
-                layer_types,
-                position_embeddings,
-                position_ids,
-                past_key_values,
-                use_cache,
-                all_hidden,
-                kwargs,
-                recompute,
-                gain,
-            )
-        if gain is not None:
-            worst = gain.close(attention_mask)
-            if worst is not None:
-                self.hc_gain_stats.add("hc/amax_gain_row_worst", worst[0])
-                self.hc_gain_stats.add("hc/amax_gain_col_worst", worst[1])
+        with self.around_layers(attention_mask):
+            for i, decoder_layer in enumerate(self.stack_layers[: self.config.num_hidden_layers]):
+                streams = decoder_layer(
+                    streams,
+                    attention_mask=masks[layer_types[i]],
+                    position_embeddings=position_embeddings[layer_types[i]],
+                    position_ids=position_ids,
+                    use_cache=use_cache,
+                    **{CACHE_KWARG: past_key_values},  # the name the stock layer's checkpointing clears
+                    **kwargs,
+                )
+                if all_hidden is not None:
+                    all_hidden.append(self.read_out(streams))
         hidden_states = self.final_norm(self.read_out(streams))
         if all_hidden is not None:
             all_hidden[-1] = hidden_states
@@ -763,36 +388,6 @@ class HCModelMixin(HCPreTrainedMixin, DecoderStackMixin):
             hidden_states=select_hidden_states(all_hidden, output_hidden_states),
             **{CACHE_KWARG: past_key_values},
         )
-
-    def _run_layers(
-        self,
-        streams,
-        masks,
-        layer_types,
-        position_embeddings,
-        position_ids,
-        past_key_values,
-        use_cache,
-        all_hidden,
-        kwargs,
-        recompute=None,
-        gain=None,
-    ):
-        for i, decoder_layer in enumerate(self.stack_layers[: self.config.num_hidden_layers]):
-            streams = decoder_layer(
-                streams,
-                attention_mask=masks[layer_types[i]],
-                position_embeddings=position_embeddings[layer_types[i]],
-                position_ids=position_ids,
-                use_cache=use_cache,
-                hc_recompute=recompute,
-                hc_gain=gain,
-                **{CACHE_KWARG: past_key_values},  # the name the stock layer's checkpointing clears
-                **kwargs,
-            )
-            if all_hidden is not None:
-                all_hidden.append(self.read_out(streams))
-        return streams
 
 
 class HCForCausalLMMixin(HCPreTrainedMixin, CausalLMMixin):

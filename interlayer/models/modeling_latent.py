@@ -1,6 +1,13 @@
 """Latent back-projection for the decoder families of families.py (seed 003): Llama, Qwen3, Qwen2, Mistral, Phi-3,
 OLMo 2, Gemma 2, Gemma 3 text, GPT-2.
 
+Shapes:
+    B   batch                      h_l       [B, T, C]      the hidden states after layer l
+    T   sequence                   z_s       [B, T, d]      source layer s's latent of every token
+    C   hidden size                latents   [B, T, P, d]   the P pairs' latents, as the latent pass receives them
+    P   pairs (`latent_pairs`)     g_t       [1]            target layer t's gate
+    d   `latent_dim`
+
 Pairs of layers `(s, t)`, by default `t = s - offset` (L5..L25 -> L0..L20 on 28 layers): source layer `s` compresses
 its output to a latent `z_s = down_s(h_s)` of `latent_dim` numbers, and target layer `t` adds it back, gated, to the
 output of its MLP branch (the down projection's output; after the post-norm or dropout in families that have them):
@@ -12,7 +19,9 @@ frozen base, without building a graph); the second pass applies them. `latent_so
 token receives: its own (`"same_position"`, the seed's training), the previous token's (`"previous_position"`), or
 at generation the previous token's latent-applied pass (`"recurrent"`, the seed's inference). The first token of a
 sequence (or the first after left padding, or a token whose position id is 0: the start of a sequence packed without
-padding, as `DataCollatorWithFlattening` makes) has no previous token: it receives a zero latent.
+padding, as `DataCollatorWithFlattening` makes) has no previous token: it receives a zero latent. The model reads
+`latent_source` once, when it is built, and keeps the matching strategy (`SamePositionPasses`,
+`PreviousPositionPasses`, `RecurrentPasses`), which says how every forward runs its passes and what the cache keeps.
 
 Generation keeps both passes' keys and values in one `LatentCache`: layers up to the deepest source hold the stock
 pass's rows first and the latent pass's after them, so in `"previous_position"` mode a new token runs through both
@@ -77,40 +86,21 @@ from .families import GEMMA2, GEMMA3_TEXT, GPT2, LLAMA, MISTRAL, OLMO2, PHI3, QW
 class LatentCache(DynamicCache):
     """The KV cache of a latent back-projection model, plus the latents the next token receives.
 
-    Layers below `stock_layers` hold `2B` rows: the stock pass's `B` rows, then the latent pass's. A forward that
-    runs the two passes one after the other sets `current_pass` to `"stock"` (its keys and values are held back) and
-    then `"latent"` (both are appended together); a batched forward of `2B` rows leaves it `None`.
+    Layers below `stock_layers` hold `2B` rows: the stock pass's `B` rows, then the latent pass's. A forward that runs
+    both passes as one batch of `2B` rows updates them as any cache does; a forward that runs the stock pass and then
+    the latent pass gives each its own view of the cache (`two_pass_views`), so the rows of a layer grow together.
     """
 
     def __init__(self, *args, stock_layers: int = 0, **kwargs):
         super().__init__(*args, **kwargs)
         self.stock_layers = stock_layers
         self.latents: torch.Tensor | None = None  # [B, 1, pairs, latent_dim]
-        self.current_pass: str | None = None
-        self._held: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
-    def update(self, key_states, value_states, layer_idx: int, *args, **kwargs):
-        if self.current_pass is None or layer_idx >= self.stock_layers:
-            return super().update(key_states, value_states, layer_idx, *args, **kwargs)
-        rows = key_states.shape[0]
-        if self.current_pass == "stock":
-            self._held[layer_idx] = (key_states, value_states)
-            if self.get_seq_length(layer_idx) == 0:
-                return key_states, value_states
-            layer = self.layers[layer_idx]
-            return (
-                torch.cat((layer.keys[:rows], key_states), dim=-2),
-                torch.cat((layer.values[:rows], value_states), dim=-2),
-            )
-        stock_keys, stock_values = self._held.pop(layer_idx)
-        keys, values = super().update(
-            torch.cat((stock_keys, key_states)), torch.cat((stock_values, value_states)), layer_idx, *args, **kwargs
-        )
-        return keys[rows:], values[rows:]
-
-    def clear_held(self) -> None:
-        """Drop keys and values held back by an interrupted stock pass."""
-        self._held.clear()
+    def two_pass_views(self) -> tuple["StockPassView", "LatentPassView"]:
+        """The caches a stock pass and then a latent pass of the same tokens write through: below `stock_layers` the
+        first holds the stock pass's keys and values back, and the second appends them with the latent pass's."""
+        held: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        return StockPassView(self, held), LatentPassView(self, held)
 
     def _select_rows(self, index: torch.Tensor) -> None:
         """Keep (or reorder, or repeat) rows `index` of the batch, in both passes' rows and in the latents."""
@@ -146,6 +136,45 @@ class LatentCache(DynamicCache):
                 "A LatentCache cannot be cropped: the latents of earlier tokens are not kept, so decoding methods "
                 "that roll the cache back (assisted decoding, prompt lookup, DoLa) are not supported."
             )
+
+
+class StockPassView:
+    """A `LatentCache` as the stock pass of a two-pass forward sees it: below `stock_layers` the pass's new keys and
+    values are held back (in `held`, for the latent pass to append) and attention reads the cached stock rows before
+    them."""
+
+    def __init__(self, cache: LatentCache, held: dict):
+        self.cache, self.held = cache, held
+
+    def update(self, key_states, value_states, layer_idx: int, *args, **kwargs):
+        if layer_idx >= self.cache.stock_layers:
+            return self.cache.update(key_states, value_states, layer_idx, *args, **kwargs)
+        self.held[layer_idx] = (key_states, value_states)
+        if self.cache.get_seq_length(layer_idx) == 0:
+            return key_states, value_states
+        layer, rows = self.cache.layers[layer_idx], key_states.shape[0]
+        return (
+            torch.cat((layer.keys[:rows], key_states), dim=-2),
+            torch.cat((layer.values[:rows], value_states), dim=-2),
+        )
+
+
+class LatentPassView:
+    """A `LatentCache` as the latent pass of a two-pass forward sees it: where the stock pass held keys and values
+    back, both passes' rows are appended together (stock rows first) and attention reads the latent rows."""
+
+    def __init__(self, cache: LatentCache, held: dict):
+        self.cache, self.held = cache, held
+
+    def update(self, key_states, value_states, layer_idx: int, *args, **kwargs):
+        if layer_idx not in self.held:
+            return self.cache.update(key_states, value_states, layer_idx, *args, **kwargs)
+        stock_keys, stock_values = self.held.pop(layer_idx)
+        keys, values = self.cache.update(
+            torch.cat((stock_keys, key_states)), torch.cat((stock_values, value_states)), layer_idx, *args, **kwargs
+        )
+        rows = stock_keys.shape[0]
+        return keys[rows:], values[rows:]
 
 
 class LatentProjection(nn.Linear):
@@ -276,10 +305,12 @@ class LatentModelMixin(LatentPreTrainedMixin, DecoderStackMixin):
         self.source_pair = {s: p for p, (s, _) in enumerate(pairs)}
         self.target_pair = {t: p for p, (_, t) in enumerate(pairs)}
         self.stock_depth = max(self.source_pair) + 1
+        self.passes = LATENT_PASSES[config.latent_source]()  # how a forward runs its passes, chosen once
 
     def new_cache(self) -> LatentCache:
-        """An empty cache for this model (`stock_layers` set by `latent_source`)."""
-        stock_layers = 0 if self.config.latent_source == "recurrent" else self.stock_depth
+        """An empty cache for this model: below the deepest source layer it keeps the stock pass too, unless the
+        passes keep the latent pass only (`"recurrent"`)."""
+        stock_layers = self.stock_depth if self.passes.cache_keeps_stock_pass else 0
         return LatentCache(config=self.config, stock_layers=stock_layers)
 
     def check_cache(self, cache: Cache) -> None:
@@ -304,12 +335,17 @@ class LatentModelMixin(LatentPreTrainedMixin, DecoderStackMixin):
     ) -> BaseModelOutputWithPast:
         """As the stock model; `hidden_states` (when asked for) are those of the latent-applied pass."""
         refuse_output_attentions(self, kwargs)
+        if self.config.latent_source != self.passes.source:
+            raise ValueError(
+                f"`latent_source={self.config.latent_source!r}` was set on a built {type(self).__name__}, which runs "
+                f"its passes for latent_source={self.passes.source!r} (chosen when the model is built). Load it with "
+                f"the option instead: from_pretrained(..., latent_source={self.config.latent_source!r})."
+            )
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
         inputs_embeds, cache, position_ids, masks, position_embeddings = self.prepare_inputs(
             input_ids, inputs_embeds, attention_mask, position_ids, past_key_values, use_cache, kwargs
         )
-        seen = cache.get_seq_length() if cache is not None else 0
         run = _Run(
             model=self,
             masks=masks,
@@ -321,18 +357,7 @@ class LatentModelMixin(LatentPreTrainedMixin, DecoderStackMixin):
             hidden=[] if output_hidden_states else None,
             kwargs=kwargs,
         )
-        mode = self.config.latent_source
-        if cache is not None and seen > 0 and mode == "recurrent":
-            if inputs_embeds.shape[1] != 1:
-                raise ValueError(
-                    "latent_source='recurrent' decodes one token at a time once the cache holds a prompt, got "
-                    f"{inputs_embeds.shape[1]} new tokens."
-                )
-            hidden_states = run.single_pass(inputs_embeds, cache.latents)
-        elif cache is not None and seen > 0 and mode == "previous_position" and inputs_embeds.shape[1] == 1:
-            hidden_states = run.batched_step(inputs_embeds)
-        else:
-            hidden_states = run.two_passes(inputs_embeds)
+        hidden_states = self.passes.forward(run, inputs_embeds)
         hidden_states = self.final_norm(hidden_states)
         if run.hidden is not None:
             run.hidden[-1] = hidden_states
@@ -361,8 +386,75 @@ def _rows_twice(x):
     return x
 
 
+class SamePositionPasses:
+    """`latent_source="same_position"` (the seed's training): every forward runs the stock pass, then the latent pass,
+    each token receiving its own latents."""
+
+    source = "same_position"
+    cache_keeps_stock_pass = True  # layers below the deepest source layer cache both passes' rows
+
+    def forward(self, run: "_Run", x: torch.Tensor) -> torch.Tensor:
+        stock_cache, latent_cache = run.two_pass_caches()
+        latents = run.stock_pass(x, stock_cache)
+        out = run.latent_pass(x, latents, latent_cache)
+        run.keep_latents(latents)
+        return out
+
+
+class PreviousPositionPasses:
+    """`latent_source="previous_position"`: every token receives the previous token's stock-pass latents, so the two
+    passes of a decoded token are independent and run as one batch of 2B rows; a forward of several tokens runs the
+    stock pass, then the latent pass."""
+
+    source = "previous_position"
+    cache_keeps_stock_pass = True
+
+    def forward(self, run: "_Run", x: torch.Tensor) -> torch.Tensor:
+        if run.seen and x.shape[1] == 1:
+            return run.batched_step(x)
+        return self.one_after_the_other(run, x)
+
+    @staticmethod
+    def one_after_the_other(run: "_Run", x: torch.Tensor) -> torch.Tensor:
+        """The stock pass, then the latent pass (what a decoded token's batched step computes, in two loops)."""
+        stock_cache, latent_cache = run.two_pass_caches()
+        latents = run.stock_pass(x, stock_cache)
+        out = run.latent_pass(x, run.shifted(latents), latent_cache)
+        run.keep_latents(latents)
+        return out
+
+
+class RecurrentPasses:
+    """`latent_source="recurrent"` (the seed's inference): a forward of several tokens runs as `"previous_position"`
+    (the stock pass uncached); once the cache holds a prompt, one pass per token, whose latents come from the previous
+    token's latent-applied pass. The cache keeps the latent pass only."""
+
+    source = "recurrent"
+    cache_keeps_stock_pass = False
+
+    def forward(self, run: "_Run", x: torch.Tensor) -> torch.Tensor:
+        cache = run.cache
+        if run.seen:
+            if x.shape[1] != 1:
+                raise ValueError(
+                    "latent_source='recurrent' decodes one token at a time once the cache holds a prompt, got "
+                    f"{x.shape[1]} new tokens."
+                )
+            out, cache.latents = run.latent_pass(x, run.previous(cache.latents), cache, extract_last=True)
+            return out
+        latents = run.stock_pass(x, None)
+        if cache is None:
+            return run.latent_pass(x, run.shifted(latents), None)
+        out, cache.latents = run.latent_pass(x, run.shifted(latents), cache, extract_last=True)
+        return out
+
+
+LATENT_PASSES = {p.source: p for p in (PreviousPositionPasses, SamePositionPasses, RecurrentPasses)}
+
+
 class _Run:
-    """One forward of a latent model: the layer loop in its three forms (two passes, one batched step, one pass)."""
+    """One forward of a latent model: the layer loops its passes are made of (the stock pass, the latent pass, both
+    as one batched step)."""
 
     def __init__(self, model, masks, position_embeddings, position_ids, cache, use_cache, token_mask, hidden, kwargs):
         self.model = model
@@ -372,23 +464,28 @@ class _Run:
         self.position_embeddings = position_embeddings
         self.position_ids = position_ids
         self.cache = cache
+        self.seen = cache.get_seq_length() if cache is not None else 0  # tokens the cache already holds
         self.use_cache = use_cache
         self.token_mask = token_mask
         self.hidden = hidden
         self.kwargs = kwargs
 
-    def _layer(self, i, x, latent=None, latent_rows_from=0, masks=None, position_embeddings=None, cached=True):
+    def _layer(self, i, x, cache, latent=None, latent_rows_from=0, masks=None, position_embeddings=None):
         return self.layers[i](
             x,
             latent,
             attention_mask=(masks or self.masks)[self.layer_types[i]],
             position_embeddings=(position_embeddings or self.position_embeddings)[self.layer_types[i]],
             position_ids=self.position_ids,
-            use_cache=self.use_cache and cached,
+            use_cache=self.use_cache and cache is not None,
             latent_rows_from=latent_rows_from,
-            **{CACHE_KWARG: self.cache if cached else None},  # the name the stock layer's checkpointing clears
+            **{CACHE_KWARG: cache},  # the name the stock layer's checkpointing clears
             **self.kwargs,
         )
+
+    def two_pass_caches(self):
+        """`(stock pass's cache, latent pass's cache)` for a stock pass followed by a latent pass (`two_pass_views`)."""
+        return self.cache.two_pass_views() if self.cache is not None else (None, None)
 
     def _masked(self, latents: torch.Tensor, last: bool = False) -> torch.Tensor:
         """Zero the latents of padding tokens (`[batch, seq, pairs, latent_dim]`; with `last`, of the last token)."""
@@ -397,85 +494,57 @@ class _Run:
         keep = self.token_mask[:, -1:] if last else self.token_mask
         return torch.where(keep, latents, torch.zeros((), dtype=latents.dtype, device=latents.device))
 
-    def _previous(self, latents: torch.Tensor) -> torch.Tensor:
+    def previous(self, latents: torch.Tensor) -> torch.Tensor:
         """The previous-token latents `latents` (`[batch, seq, pairs, latent_dim]`, for the last `seq` tokens) with
         those of tokens at position id 0 zeroed: such a token starts a sequence (in padding-free packing the position
         ids restart at every sequence), so the token before it belongs to another sequence."""
         starts = (self.position_ids[:, -latents.shape[1] :] == 0)[:, :, None, None]
         return torch.where(starts, torch.zeros((), dtype=latents.dtype, device=latents.device), latents)
 
+    def shifted(self, latents: torch.Tensor) -> torch.Tensor:
+        """What each token receives from the previous token's stock-pass latents `latents`: the cache's latents for
+        the first new token (zeros without them)."""
+        previous = self.cache.latents if self.cache is not None else None
+        if previous is None:
+            previous = latents.new_zeros(latents[:, :1].shape)
+        return self.previous(torch.cat((previous.to(latents.dtype), latents[:, :-1]), dim=1))
+
+    def keep_latents(self, latents: torch.Tensor) -> None:
+        """Keep the last token's stock-pass latents in the cache, for the next token."""
+        if self.cache is not None:
+            self.cache.latents = latents[:, -1:].detach()
+
     def _record(self, x):
         if self.hidden is not None:
             self.hidden.append(x)
 
-    def stock_pass(self, x: torch.Tensor) -> torch.Tensor:
+    def stock_pass(self, x: torch.Tensor, cache) -> torch.Tensor:
         """Pass 1 up to the deepest source layer; the latents of every token, `[batch, seq, pairs, latent_dim]`.
         With a frozen base no graph is built through the layers (only the down projections get gradients)."""
-        model, cache = self.model, self.cache
+        model = self.model
         found = [None] * len(model.source_pair)
-        recurrent = model.config.latent_source == "recurrent"
         layer_grad = torch.is_grad_enabled() and model.base_is_trainable
-        if cache is not None and not recurrent:
-            cache.current_pass = "stock"
-        try:
-            for i in range(model.stock_depth):
-                with torch.set_grad_enabled(layer_grad):
-                    # the recurrent cache keeps the latent pass only: its stock pass runs without one
-                    x = self._layer(i, x, cached=not recurrent)
-                if i in model.source_pair:
-                    found[model.source_pair[i]] = self.layers[i].latent_down(x)
-        except BaseException:
-            if cache is not None:
-                cache.current_pass = None
-                cache.clear_held()
-            raise
-        if cache is not None and not recurrent:
-            cache.current_pass = "latent"
+        for i in range(model.stock_depth):
+            with torch.set_grad_enabled(layer_grad):
+                x = self._layer(i, x, cache)
+            if i in model.source_pair:
+                found[model.source_pair[i]] = self.layers[i].latent_down(x)
         return self._masked(torch.stack(found, dim=2))
 
-    def latent_pass(self, x: torch.Tensor, latents: torch.Tensor, extract_last: bool = False):
+    def latent_pass(self, x: torch.Tensor, latents: torch.Tensor, cache, extract_last: bool = False):
         """Pass 2 through every layer with `latents[:, :, p]` injected at pair p's target layer. With `extract_last`
         also returns the latents this pass gives its last token (`"recurrent"`)."""
         model = self.model
         found = [None] * len(model.source_pair) if extract_last else None
         self._record(x)
-        try:
-            for i in range(len(self.layers)):
-                p = model.target_pair.get(i)
-                x = self._layer(i, x, latent=latents[:, :, p] if p is not None else None)
-                self._record(x)
-                if extract_last and i in model.source_pair:
-                    found[model.source_pair[i]] = self.layers[i].latent_down(x[:, -1:])
-        finally:
-            if self.cache is not None:
-                self.cache.current_pass = None
-                self.cache.clear_held()
+        for i in range(len(self.layers)):
+            p = model.target_pair.get(i)
+            x = self._layer(i, x, cache, latent=latents[:, :, p] if p is not None else None)
+            self._record(x)
+            if extract_last and i in model.source_pair:
+                found[model.source_pair[i]] = self.layers[i].latent_down(x[:, -1:])
         if extract_last:
             return x, self._masked(torch.stack(found, dim=2), last=True)
-        return x
-
-    def two_passes(self, inputs_embeds: torch.Tensor) -> torch.Tensor:
-        """Training, full forwards and prompts: the stock pass, then the latent pass."""
-        model, cache = self.model, self.cache
-        latents = self.stock_pass(inputs_embeds)
-        if model.config.latent_source == "same_position":
-            inject = latents
-        else:
-            previous = cache.latents if cache is not None and cache.latents is not None else None
-            if previous is None:
-                previous = latents.new_zeros(latents[:, :1].shape)
-            inject = self._previous(torch.cat((previous.to(latents.dtype), latents[:, :-1]), dim=1))
-        if model.config.latent_source == "recurrent" and cache is not None:
-            x, cache.latents = self.latent_pass(inputs_embeds, inject, extract_last=True)
-            return x
-        x = self.latent_pass(inputs_embeds, inject)
-        if cache is not None:
-            cache.latents = latents[:, -1:].detach()
-        return x
-
-    def single_pass(self, inputs_embeds: torch.Tensor, latents: torch.Tensor) -> torch.Tensor:
-        """`"recurrent"` decoding: one pass with the previous token's latents; keeps this token's own."""
-        x, self.cache.latents = self.latent_pass(inputs_embeds, self._previous(latents), extract_last=True)
         return x
 
     def batched_step(self, inputs_embeds: torch.Tensor) -> torch.Tensor:
@@ -485,7 +554,7 @@ class _Run:
         rows = inputs_embeds.shape[0]
         masks, position_embeddings = _rows_twice(self.masks), _rows_twice(self.position_embeddings)
         found = [None] * len(model.source_pair)
-        previous = self._previous(cache.latents)
+        previous = self.previous(cache.latents)
         x = torch.cat((inputs_embeds, inputs_embeds))
         self._record(inputs_embeds)
         for i in range(len(self.layers)):
@@ -497,6 +566,7 @@ class _Run:
             x = self._layer(
                 i,
                 x,
+                cache,
                 latent=latent,
                 latent_rows_from=rows if stacked else 0,
                 masks=masks,

@@ -1,12 +1,13 @@
 """Behaviour shared by every interlayer mechanism: config conventions, conversion from stock checkpoints,
-statistics for watching a mechanism, and the model card written beside the weights.
+statistics for watching a mechanism, and saving (the model card itself is written by the interlayer package,
+`interlayer/card.py`, which saved folders do not ship: `interlayer_library`).
 
 This file sits in the same folder as the configuration and modeling files that import it, so that
 `save_pretrained` ships it with the remote code (a parent-relative import would break `trust_remote_code`).
 """
 
 # first, before any transformers import: a clear error under transformers 4
-from .zoo_requirements import MIN_TRANSFORMERS, TESTED_TRANSFORMERS
+from .zoo_requirements import MIN_TRANSFORMERS  # noqa: F401
 
 # isort: split
 
@@ -27,7 +28,6 @@ import warnings
 from typing import Any, ClassVar
 
 import torch
-import transformers
 from huggingface_hub.dataclasses import strict
 from huggingface_hub.errors import StrictDataclassError
 from torch import nn
@@ -134,6 +134,11 @@ def check_option_names(config_class, names) -> None:
             )
 
 
+# keywords every transformers config takes that are no dataclass field (`PreTrainedConfig.__init__` pops them): never
+# a misspelt mechanism option, however close to one (`attn_implementation` and `hc_implementation`)
+TRANSFORMERS_KEYWORDS = frozenset({"attn_implementation", "experts_implementation"})
+
+
 def refuse_misspelt_options(config_class, names) -> None:
     """Refuse a name that no field of `config_class` takes and that looks like a misspelt mechanism option (a name no
     field takes is otherwise kept by transformers as a plain attribute, or dropped by `from_pretrained`), so a typo
@@ -141,7 +146,7 @@ def refuse_misspelt_options(config_class, names) -> None:
     fields = {f.name for f in dataclasses.fields(config_class)}
     settings = mechanism_field_names(config_class)
     for name in names:
-        if name in fields or name.startswith("_"):
+        if name in fields or name in TRANSFORMERS_KEYWORDS or name.startswith("_"):
             continue
         if difflib.get_close_matches(name, settings, n=1, cutoff=0.8):
             raise ConfigError(f"{config_class.__name__} has no option `{name}`{closest_name(name, settings)}")
@@ -403,8 +408,32 @@ def has_parameter_prefix(name: str, prefix: str) -> bool:
     return bool(prefix) and any(part.startswith(prefix) for part in name.split("."))
 
 
+# --- what the interlayer package adds: the model card and the conversion report ----------------------------------
+
+INTERLAYER_LIBRARY = "interlayer.card"
+
+
+def interlayer_library():
+    """The module `interlayer.card` (the model card writer, the conversion report, the stock checkpoint's license) when
+    the interlayer package is imported in this process, else None. Saved folders do not ship it: a model loaded as
+    remote code in a process without interlayer loads, runs and saves the same, with no card written. Looked up by
+    name, not registered here: remote code runs its own copy of this file, which the package's import does not reach."""
+    return sys.modules.get(INTERLAYER_LIBRARY)
+
+
+def is_interlayer_card(path) -> bool:
+    """Whether `path` is a model card interlayer wrote (a README.md whose metadata tags it `interlayer`)."""
+    if os.path.basename(path) != "README.md" or not os.path.isfile(path):
+        return False
+    with open(path, encoding="utf-8", errors="replace") as f:
+        head = f.read(4096)
+    parts = head.split("---\n", 2)
+    return head.startswith("---\n") and len(parts) == 3 and '"interlayer"' in parts[1]
+
+
 class ZooModelMixin:
-    """Model behaviour shared by the zoo: statistics, trainable-parameter report, model card on save.
+    """Model behaviour shared by the zoo: statistics, trainable-parameter report, model card on save (when the
+    interlayer package is imported).
 
     A mechanism sets `mechanism_name` (card title), `mechanism_param_prefix` (the start of a name component of every
     parameter of its own, as PEFT names an adapter's with `lora_`; see `is_mechanism_parameter`) and implements
@@ -466,35 +495,19 @@ class ZooModelMixin:
                 if not (isinstance(c, WeightRenaming) and c._original_source_patterns[0] in renames)
             ]
         model.finish_loading(info)
+        library = interlayer_library()
         if getattr(model.config, "base_model_name_or_path", None) == str(source):
             model.config.base_model_name_or_path = _recorded_source(source)
             model._conversion_checksums = parameter_checksums(model.named_parameters())
-            model._report_conversion(source, info)
+            if library is not None:  # one line for what the conversion added, instead of transformers' report
+                library.report_conversion(model, source, info)
+            else:
+                load_report.release()
         else:  # a saved zoo model: transformers' report of anything missing or unused is news
             load_report.release()
-        license_name = _card_license(source, kwargs)
-        if license_name and "license" not in (getattr(model, "card_data", None) or {}):
-            model.card_data = {**(getattr(model, "card_data", None) or {}), "license": license_name}
+        if library is not None:
+            library.take_stock_license(model, source, kwargs)
         return (model, info) if want_info else model
-
-    def _report_conversion(self, source, info: dict) -> None:
-        """One line for what the conversion added (the mechanism's tensors are expected to be missing from a stock
-        checkpoint, so transformers' load report of them is dropped); real problems are still warned about."""
-        added = [k for k in info["missing_keys"] if self.is_mechanism_parameter(k)]
-        others = sorted(k for k in info["missing_keys"] if k not in added)
-        sizes = dict(self.named_parameters())
-        count = sum(sizes[k].numel() for k in added if k in sizes)
-        complete = "every stock weight loaded; " if not (others or info["unexpected_keys"]) else ""
-        logger.warning(
-            f"{type(self).__name__}: converted {source}: {complete}added {len(added)} "
-            f"{self.mechanism_name.lower()} tensors ({count:,} parameters), initialised per the config."
-        )
-        if others:
-            logger.warning(f"{type(self).__name__}: newly initialised, not in {source}: {others}")
-        if info["unexpected_keys"]:
-            logger.warning(f"{type(self).__name__}: unused weights of {source}: {sorted(info['unexpected_keys'])}")
-        if info.get("mismatched_keys"):
-            logger.warning(f"{type(self).__name__}: weights of another shape in {source}: {info['mismatched_keys']}")
 
     def finish_loading(self, info: dict) -> None:
         """What a mechanism does once `from_pretrained` has loaded the weights (`info`: transformers' loading info,
@@ -625,20 +638,27 @@ class ZooModelMixin:
         swap_into_place(
             save_directory,
             lambda staging: results.append(self.save_unstaged(staging, *args, card_name=folder_name, **kwargs)),
-            keep=lambda name: not is_weights_file(name),
+            # a card of the previous weights would describe the new ones wrongly: it goes, with or without a new one
+            keep=lambda name: not is_weights_file(name) and not is_interlayer_card(os.path.join(save_directory, name)),
         )
         return results[0]
 
     def save_unstaged(self, save_directory, *args, card_name=None, **kwargs):
         """`save_pretrained` written straight into `save_directory` (no staging folder), then the model card, whose
         usage snippet loads `card_name` (the final folder's name; default: `save_directory`'s). For writers that stage
-        the folder themselves (`interlayer.zoo.save_atomically`)."""
+        the folder themselves (`interlayer.zoo.save_atomically`). Without the interlayer package in the process
+        (remote code) no card is written, and a card interlayer wrote for the weights this save replaces is removed."""
         untrained = self.is_untrained_conversion(kwargs.get("state_dict"))  # before transformers empties the dict
         result = super().save_pretrained(save_directory, *args, **kwargs)
         if int(os.environ.get("LOCAL_RANK", "0")) == 0 and self.should_save_on_this_rank(
             kwargs.get("is_main_process", True)
         ):
-            write_model_card(self, save_directory, card_name, untrained=untrained)
+            library = interlayer_library()
+            card = os.path.join(os.fspath(save_directory), "README.md")
+            if library is not None:
+                library.write_model_card(self, save_directory, card_name, untrained=untrained)
+            elif is_interlayer_card(card):
+                os.remove(card)
         return result
 
     def _writes_alone(self, kwargs: dict) -> bool:
@@ -654,8 +674,11 @@ class ZooModelMixin:
 
     def _upload_modified_files(self, working_dir, repo_id, *args, **kwargs):
         """Before `push_to_hub` (or `save_pretrained(push_to_hub=True)`) uploads the folder, put this model's card back
-        (transformers writes its generic card there first), its usage snippet naming the Hub repository."""
-        write_model_card(self, working_dir, repo_id, untrained=self.is_untrained_conversion())
+        (transformers writes its generic card there first), its usage snippet naming the Hub repository; without the
+        interlayer package in the process, transformers' card is uploaded."""
+        library = interlayer_library()
+        if library is not None:
+            library.write_model_card(self, working_dir, repo_id, untrained=self.is_untrained_conversion())
         return super()._upload_modified_files(working_dir, repo_id, *args, **kwargs)
 
 
@@ -718,98 +741,6 @@ def register_for_auto_classes(config_class, **model_classes) -> None:
         model_class.register_for_auto_class(auto_class)
 
 
-def _yaml_value(value) -> str:
-    return json.dumps(value)
-
-
-def write_model_card(model, save_directory, name=None, untrained: bool | None = None) -> str:
-    """Write README.md (YAML metadata + what the mechanism is and its settings) into `save_directory`.
-
-    `name` is what the usage snippet loads (the final folder's name or the Hub repository; default `save_directory`'s
-    own name). `untrained` says whether the weights saved are still the untrained conversion (default: the model's
-    parameters, `is_untrained_conversion()`). `model.card_data` (a dict, optional) adds `license` (a Hub license
-    id, such as `"apache-2.0"`; by default the stock checkpoint's, read from its model card when it has one),
-    `datasets`, `metrics` (name -> value), free `notes`, and `base_model` (a Hub id, for a model converted from a
-    local copy of a Hub checkpoint). The file is written to a temporary name and renamed, so an interrupted save
-    never leaves half a card.
-    """
-    config = model.config
-    extra = getattr(model, "card_data", None) or {}
-    base = getattr(config, "base_model_name_or_path", None)
-    meta = {"library_name": "transformers"}
-    if extra.get("license"):
-        meta["license"] = str(extra["license"])
-    meta["tags"] = ["interlayer", model.mechanism_name.lower().replace(" ", "-"), "custom_code"]
-    hub_base = extra.get("base_model") or hub_id(base)
-    if hub_base:
-        meta["base_model"] = hub_base
-    if model.pipeline_tag:
-        meta["pipeline_tag"] = model.pipeline_tag
-    if extra.get("datasets"):
-        meta["datasets"] = list(extra["datasets"])
-    if extra.get("metrics"):
-        meta["metrics"] = sorted(extra["metrics"])
-    lines = ["---"] + [f"{k}: {_yaml_value(v)}" for k, v in meta.items()] + ["---", ""]
-    arch = (config.architectures or [type(model).__name__])[0]
-    lines += [f"# {arch} ({model.mechanism_name})", ""]
-    lines += [model.mechanism_summary(), ""]
-    if base:
-        source = f"the stock checkpoint `{hub_base}`" if hub_base else "a local stock checkpoint"
-        lines += [f"Converted from {source} with interlayer.", ""]
-    if untrained is None:
-        untrained = model.is_untrained_conversion()
-    if untrained:
-        lines += [f"This is an untrained conversion: {stock_function_statement(model)}", ""]
-    report = model.parameter_report()
-    lines += [
-        "## Parameters",
-        "",
-        f"- total: {report['total']:,}",
-        f"- trainable: {report['trainable']:,}",
-        f"- mechanism: {report['mechanism']:,} ({report['mechanism_percent']:.2f}% of the total)",
-        "",
-        "## Settings",
-        "",
-        "| field | value |",
-        "| --- | --- |",
-    ]
-    for setting, value in mechanism_settings(config).items():
-        if setting == "base_model_name_or_path":  # said above, as a Hub id: a local path means nothing to a reader
-            continue
-        lines.append(f"| `{setting}` | `{value!r}` |")
-    if extra.get("metrics"):
-        lines += ["", "## Results", "", "| metric | value |", "| --- | --- |"]
-        lines += [
-            f"| {k} | {v:.4f} |" if isinstance(v, float) else f"| {k} | {v} |" for k, v in extra["metrics"].items()
-        ]
-    if extra.get("notes"):
-        lines += ["", str(extra["notes"])]
-    if name is None:
-        name = os.path.basename(os.path.abspath(str(save_directory)))
-    auto_class = auto_class_name(model)
-    lines += [
-        "",
-        "## Use",
-        "",
-        f"Needs `transformers>={MIN_TRANSFORMERS}` (tested with {', '.join(TESTED_TRANSFORMERS)}; saved with "
-        f"{transformers.__version__}); the modeling code ships in this folder, so `interlayer` itself need not be "
-        "installed.",
-        "",
-        "```python",
-        f"from transformers import {auto_class}",
-        "",
-        f"model = {auto_class}.from_pretrained({json.dumps(str(name))}, trust_remote_code=True)",
-        "```",
-        "",
-    ]
-    path = os.path.join(str(save_directory), "README.md")
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write("\n".join(lines))
-    os.replace(tmp, path)
-    return path
-
-
 # --- does the model compute the stock function? --------------------------------------------------------------------
 
 
@@ -822,19 +753,6 @@ def stock_function_words(model) -> str:
         return "exactly"
     bound = f"{tolerance:.0e}".replace("e-0", "e-")
     return f"to float rounding (outputs within {bound} of their largest magnitude, in float32)"
-
-
-def stock_function_statement(model) -> str:
-    """The model card's sentence on what an untrained conversion computes."""
-    if model.claims_stock_function():
-        return (
-            f"it computes the stock model's function {stock_function_words(model)} until it is trained "
-            "(`identity_init=True`)."
-        )
-    return (
-        "the mechanism's new parameters are initialised, not trained, and it does not compute the stock model's "
-        "function."
-    )
 
 
 def agrees_with_stock(model, outputs: torch.Tensor, stock_outputs: torch.Tensor) -> tuple[bool, float]:
@@ -1031,41 +949,6 @@ def _recorded_source(source) -> str:
     if os.path.exists(source) and not os.path.isabs(source) and not _HUB_CACHE_FOLDER.search(source):
         return os.path.join(".", source) if not source.startswith(".") else source
     return source
-
-
-_CARD_FILE_OPTIONS = ("cache_dir", "revision", "token", "local_files_only", "subfolder")
-
-
-def _card_license(source, load_kwargs: dict) -> str | None:
-    """The `license` of the model card (README.md front matter) of the checkpoint `source`, a local folder or a Hub
-    repository (its card fetched as `from_pretrained` fetches files), or None when it has none or it cannot be read."""
-    if not source:
-        return None
-    from huggingface_hub import ModelCard
-    from transformers.utils import cached_file
-
-    try:
-        path = cached_file(
-            str(source),
-            "README.md",
-            _raise_exceptions_for_missing_entries=False,
-            _raise_exceptions_for_connection_errors=False,
-            **{k: load_kwargs[k] for k in _CARD_FILE_OPTIONS if k in load_kwargs},
-        )
-        return ModelCard.load(path).data.license if path else None
-    except (OSError, ValueError):
-        return None
-
-
-def mechanism_settings(config) -> dict[str, Any]:
-    """The mechanism's own config fields and their values, in declaration order."""
-    return {n: getattr(config, n) for n in mechanism_field_names(type(config))}
-
-
-def auto_class_name(model) -> str:
-    """The Auto class that loads `model`'s class (the one it is registered for: `AutoModelForCausalLM` for a causal
-    LM, `AutoModel` for a base model)."""
-    return type(model).__dict__.get("_auto_class") or getattr(type(model), "_auto_class", None) or "AutoModel"
 
 
 class _ScalarAsVector(ConversionOps):

@@ -1,0 +1,183 @@
+"""The model card interlayer writes beside a saved model, and the one line it logs for a conversion.
+
+Saved models do not need this file and do not ship it: `save_pretrained` (`ZooModelMixin`, in the shipped
+zoo_common.py) calls it when the interlayer package is imported in the process (`zoo_common.interlayer_library`). A
+model loaded as remote code in a process without interlayer saves with no card (and removes a card interlayer wrote
+for the weights it replaces), and a conversion made there logs transformers' own load report.
+"""
+
+import json
+import os
+from typing import Any
+
+import transformers
+
+from .models.zoo_common import hub_id, logger, mechanism_field_names, stock_function_words
+from .models.zoo_requirements import MIN_TRANSFORMERS, TESTED_TRANSFORMERS
+
+
+def mechanism_settings(config) -> dict[str, Any]:
+    """The mechanism's own config fields and their values, in declaration order."""
+    return {n: getattr(config, n) for n in mechanism_field_names(type(config))}
+
+
+def auto_class_name(model) -> str:
+    """The Auto class that loads `model`'s class (the one it is registered for: `AutoModelForCausalLM` for a causal
+    LM, `AutoModel` for a base model)."""
+    return type(model).__dict__.get("_auto_class") or getattr(type(model), "_auto_class", None) or "AutoModel"
+
+
+def _yaml_value(value) -> str:
+    return json.dumps(value)
+
+
+def write_model_card(model, save_directory, name=None, untrained: bool | None = None) -> str:
+    """Write README.md (YAML metadata + what the mechanism is and its settings) into `save_directory`.
+
+    `name` is what the usage snippet loads (the final folder's name or the Hub repository; default `save_directory`'s
+    own name). `untrained` says whether the weights saved are still the untrained conversion (default: the model's
+    parameters, `is_untrained_conversion()`). `model.card_data` (a dict, optional) adds `license` (a Hub license
+    id, such as `"apache-2.0"`; by default the stock checkpoint's, read from its model card when it has one),
+    `datasets`, `metrics` (name -> value), free `notes`, and `base_model` (a Hub id, for a model converted from a
+    local copy of a Hub checkpoint). The file is written to a temporary name and renamed, so an interrupted save
+    never leaves half a card.
+    """
+    config = model.config
+    extra = getattr(model, "card_data", None) or {}
+    base = getattr(config, "base_model_name_or_path", None)
+    meta = {"library_name": "transformers"}
+    if extra.get("license"):
+        meta["license"] = str(extra["license"])
+    meta["tags"] = ["interlayer", model.mechanism_name.lower().replace(" ", "-"), "custom_code"]
+    hub_base = extra.get("base_model") or hub_id(base)
+    if hub_base:
+        meta["base_model"] = hub_base
+    if model.pipeline_tag:
+        meta["pipeline_tag"] = model.pipeline_tag
+    if extra.get("datasets"):
+        meta["datasets"] = list(extra["datasets"])
+    if extra.get("metrics"):
+        meta["metrics"] = sorted(extra["metrics"])
+    lines = ["---"] + [f"{k}: {_yaml_value(v)}" for k, v in meta.items()] + ["---", ""]
+    arch = (config.architectures or [type(model).__name__])[0]
+    lines += [f"# {arch} ({model.mechanism_name})", ""]
+    lines += [model.mechanism_summary(), ""]
+    if base:
+        source = f"the stock checkpoint `{hub_base}`" if hub_base else "a local stock checkpoint"
+        lines += [f"Converted from {source} with interlayer.", ""]
+    if untrained is None:
+        untrained = model.is_untrained_conversion()
+    if untrained:
+        lines += [f"This is an untrained conversion: {stock_function_statement(model)}", ""]
+    report = model.parameter_report()
+    lines += [
+        "## Parameters",
+        "",
+        f"- total: {report['total']:,}",
+        f"- trainable: {report['trainable']:,}",
+        f"- mechanism: {report['mechanism']:,} ({report['mechanism_percent']:.2f}% of the total)",
+        "",
+        "## Settings",
+        "",
+        "| field | value |",
+        "| --- | --- |",
+    ]
+    for setting, value in mechanism_settings(config).items():
+        if setting == "base_model_name_or_path":  # said above, as a Hub id: a local path means nothing to a reader
+            continue
+        lines.append(f"| `{setting}` | `{value!r}` |")
+    if extra.get("metrics"):
+        lines += ["", "## Results", "", "| metric | value |", "| --- | --- |"]
+        lines += [
+            f"| {k} | {v:.4f} |" if isinstance(v, float) else f"| {k} | {v} |" for k, v in extra["metrics"].items()
+        ]
+    if extra.get("notes"):
+        lines += ["", str(extra["notes"])]
+    if name is None:
+        name = os.path.basename(os.path.abspath(str(save_directory)))
+    auto_class = auto_class_name(model)
+    lines += [
+        "",
+        "## Use",
+        "",
+        f"Needs `transformers>={MIN_TRANSFORMERS}` (tested with {', '.join(TESTED_TRANSFORMERS)}; saved with "
+        f"{transformers.__version__}); the modeling code ships in this folder, so `interlayer` itself need not be "
+        "installed.",
+        "",
+        "```python",
+        f"from transformers import {auto_class}",
+        "",
+        f"model = {auto_class}.from_pretrained({json.dumps(str(name))}, trust_remote_code=True)",
+        "```",
+        "",
+    ]
+    path = os.path.join(str(save_directory), "README.md")
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines))
+    os.replace(tmp, path)
+    return path
+
+
+def stock_function_statement(model) -> str:
+    """The model card's sentence on what an untrained conversion computes."""
+    if model.claims_stock_function():
+        return (
+            f"it computes the stock model's function {stock_function_words(model)} until it is trained "
+            "(`identity_init=True`)."
+        )
+    return (
+        "the mechanism's new parameters are initialised, not trained, and it does not compute the stock model's "
+        "function."
+    )
+
+
+_CARD_FILE_OPTIONS = ("cache_dir", "revision", "token", "local_files_only", "subfolder")
+
+
+def stock_license(source, load_kwargs: dict) -> str | None:
+    """The `license` of the model card (README.md front matter) of the checkpoint `source`, a local folder or a Hub
+    repository (its card fetched as `from_pretrained` fetches files), or None when it has none or it cannot be read."""
+    if not source:
+        return None
+    from huggingface_hub import ModelCard
+    from transformers.utils import cached_file
+
+    try:
+        path = cached_file(
+            str(source),
+            "README.md",
+            _raise_exceptions_for_missing_entries=False,
+            _raise_exceptions_for_connection_errors=False,
+            **{k: load_kwargs[k] for k in _CARD_FILE_OPTIONS if k in load_kwargs},
+        )
+        return ModelCard.load(path).data.license if path else None
+    except (OSError, ValueError):
+        return None
+
+
+def take_stock_license(model, source, load_kwargs: dict) -> None:
+    """Give `model.card_data` the license of the stock checkpoint's card (`stock_license`), unless it has one."""
+    license_name = stock_license(source, load_kwargs)
+    if license_name and "license" not in (getattr(model, "card_data", None) or {}):
+        model.card_data = {**(getattr(model, "card_data", None) or {}), "license": license_name}
+
+
+def report_conversion(model, source, info: dict) -> None:
+    """One line for what the conversion added (the mechanism's tensors are expected to be missing from a stock
+    checkpoint, so transformers' load report of them is dropped); real problems are still warned about."""
+    added = [k for k in info["missing_keys"] if model.is_mechanism_parameter(k)]
+    others = sorted(k for k in info["missing_keys"] if k not in added)
+    sizes = dict(model.named_parameters())
+    count = sum(sizes[k].numel() for k in added if k in sizes)
+    complete = "every stock weight loaded; " if not (others or info["unexpected_keys"]) else ""
+    logger.warning(
+        f"{type(model).__name__}: converted {source}: {complete}added {len(added)} "
+        f"{model.mechanism_name.lower()} tensors ({count:,} parameters), initialised per the config."
+    )
+    if others:
+        logger.warning(f"{type(model).__name__}: newly initialised, not in {source}: {others}")
+    if info["unexpected_keys"]:
+        logger.warning(f"{type(model).__name__}: unused weights of {source}: {sorted(info['unexpected_keys'])}")
+    if info.get("mismatched_keys"):
+        logger.warning(f"{type(model).__name__}: weights of another shape in {source}: {info['mismatched_keys']}")

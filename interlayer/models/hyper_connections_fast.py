@@ -1,0 +1,483 @@
+"""The fast implementation of hyper-connections (`hc_implementation="fast"`, the default): the function of
+`HyperConnection.forward` in modeling_hyper_connections.py, which is its specification, computed with less time and
+memory, plus the statistics and the composite-gain tracking that `mechanism_stats()` reports.
+
+`FastHyperConnectionMixin` replaces the `coefficients` and `forward` of a `HyperConnection` (same parameters, so the
+same checkpoints), as `kernels`' `kernelize` replaces the forward of a layer marked with `use_kernel_forward_from_hub`
+in transformers: a layer whose config says `hc_implementation="fast"` is built as modeling_hyper_connections.py's
+`FastHyperConnection` (this mixin before `HyperConnection`, `hyper_connection_class`), and the eager equation is what
+the tests hold it to
+(`tests/test_hyper_connections.py::test_fast_implementation_equals_the_eager_equation`: outputs and every gradient, in
+every mode, with and without the stream recomputation, under gradient checkpointing, `hc_fused`). What it does
+differently, and why (docs/hyper_connections.md, "What the implementation does about cost"):
+
+- read-in and mixing as one product `[H_pre; H_res] @ h`, and the write as one `addcmul`, with hand-written backward
+  passes (`_ReadMix`, `_Write`) that keep only their inputs and write each gradient once;
+- `StreamRecomputation` (`hc_recompute_streams`): the K-wide streams are kept for backward only at every
+  ~sqrt(2L)-th sublayer and rebuilt bit for bit from there;
+- `RMSNorm(h) W` computed as `(h W) / rms(h)` (no normalised copy kept) and, for per-token coefficients, Sinkhorn's
+  rounds recomputed in backward instead of kept;
+- `hc_fused`: the input-dependent mHC coefficients as one function compiled with `torch.compile(fullgraph=True)`;
+- without grad, static coefficients computed once and reused until a parameter changes;
+- `CompositeGain` and the deferred statistics: every sublayer hands its coefficients over, and the mean
+  coefficients and the worst composite gain of the forward are computed once at its end (`ForwardPassMachinery`).
+
+This file imports the maths it shares with the equation from hyper_connections_maths.py, never the modeling file,
+which imports it (no cycle); `save_pretrained` ships the three files together.
+"""
+
+# first, before any transformers import: a clear error under transformers 4
+from .zoo_requirements import MIN_TRANSFORMERS  # noqa: F401
+
+# isort: split
+
+import contextlib
+import math
+
+import torch
+from torch import nn
+from torch.utils._python_dispatch import is_in_torch_dispatch_mode
+from torch.utils.checkpoint import checkpoint
+
+from .hyper_connections_maths import COEFFICIENT_EPS, MHC_EPS, mhc_mixing
+from .zoo_common import StatsAccumulator
+
+
+def _mhc_maps(pre, post, res, iters: int, variant: str, recompute_sinkhorn: bool = False):
+    """`(H_pre, H_post, H_res)` of mHC from the fp32 logits, as `HyperConnection.coefficients` constrains them (with
+    `recompute_sinkhorn`, the normalisation rounds of `H_res` are recomputed in backward and only the logits saved)."""
+    pre = torch.sigmoid(pre) + MHC_EPS if variant == "deepseek_v4" else torch.sigmoid(pre)
+    post = 2.0 * torch.sigmoid(post)
+    if recompute_sinkhorn:
+        return pre, post, checkpoint(mhc_mixing, res, iters, variant, use_reentrant=False)
+    return pre, post, mhc_mixing(res, iters, variant)
+
+
+def _rms_scale(x: torch.Tensor) -> torch.Tensor:
+    """`1 / RMS(x)` over the last axis (no squared copy of `x` is kept for backward)."""
+    rms = torch.linalg.vector_norm(x, dim=-1, keepdim=True) * x.shape[-1] ** -0.5
+    return torch.rsqrt(rms.square() + COEFFICIENT_EPS)
+
+
+def _product(maps: torch.Tensor, streams: torch.Tensor) -> torch.Tensor:
+    """`[H_pre; H_res] @ h` as one broadcast `matmul` (1.8-2.9x faster than `einsum` on CPU with torch 2.13, from one
+    token to 4 x 256, see docs/hyper_connections.md): maps `[M, K]` (static) or `[..., M, K]` (per token), streams
+    `[..., K, D]`. The first layer's streams are K views of the embeddings (stride 0), where the product is each
+    row's sum times the embedding (batched products over stride-0 operands run 15x slower on CPU)."""
+    single = _single_stream(streams)
+    if single is not None:
+        return maps.sum(-1, keepdim=True) * single
+    return torch.matmul(maps, streams)
+
+
+def _single_stream(streams: torch.Tensor) -> torch.Tensor | None:
+    """`[..., 1, D]` when the K streams are views of one tensor (the expanded embeddings), else None."""
+    return streams[..., :1, :] if streams.shape[-2] > 1 and streams.stride(-2) == 0 else None
+
+
+def _read_mix(maps: torch.Tensor, streams: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(H_pre h, H_res h)`: rows 0 and 1.. of `_product` (views of it)."""
+    product = _product(maps, streams)
+    return product[..., 0, :], product[..., 1:, :]
+
+
+def _write(mixed: torch.Tensor, post: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """`H_res h + H_post^T F(x)` from the mixed streams `H_res h` and the sublayer output."""
+    return torch.addcmul(mixed, post.unsqueeze(-1), out.unsqueeze(-2))
+
+
+def _token_sum(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """`sum over tokens and hidden units of a[..., i, d] b[..., j, d]` (`[I, J]`, the gradient of a map shared by every
+    token): each token's small product, then one sum over tokens (5x faster on CPU than `einsum`, which copies both
+    operands into transposed layouts first)."""
+    return torch.bmm(a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:]).mT).sum(0)
+
+
+def _map_grad(grad: torch.Tensor, streams: torch.Tensor, shared: bool) -> torch.Tensor:
+    """The gradient of maps `[..., I, K]` applied as `maps @ streams` from the product's gradient `[..., I, D]`:
+    summed over tokens for a map `shared` by every token, per token otherwise."""
+    single = _single_stream(streams)
+    if single is not None:  # every column gets the same gradient
+        column = _map_grad(grad, single, shared)
+        return column.expand(*column.shape[:-1], streams.shape[-2])
+    return _token_sum(grad, streams) if shared else torch.matmul(grad, streams.mT)
+
+
+class _ReadMix(torch.autograd.Function):
+    """`(H_pre h, H_res h)` from the maps `[H_pre; H_res]` in one product: the sublayer input `[..., D]` (a copy, so
+    that what the sublayer keeps for backward does not hold the product) and the mixed streams `[..., K, D]` (a view).
+    Backward writes each gradient once: autograd's product and slices would build the product's gradient from zeros
+    and copies, and a shared map's gradient through `einsum`'s transposed copies. Only the inputs are kept."""
+
+    @staticmethod
+    def forward(ctx, maps, streams):
+        ctx.save_for_backward(maps, streams)
+        # detached: matmul folds differently when an input requires grad, and the stream recomputation (no grad)
+        # must rebuild the same bits
+        x, mixed = _read_mix(maps.detach(), streams.detach())
+        return x.clone(), mixed
+
+    @staticmethod
+    def backward(ctx, grad_x, grad_mixed):
+        maps, streams = ctx.saved_tensors  # under autocast the product (and so the gradients) may be in bf16
+        dtype = grad_mixed.dtype
+        grad_x = grad_x.to(dtype)
+        maps_, streams_ = maps.to(dtype), streams.to(dtype)
+        grad_maps = grad_streams = None
+        if ctx.needs_input_grad[0]:
+            shared = maps.dim() == 2
+            grad_pre = _map_grad(grad_x.unsqueeze(-2), streams_, shared)
+            grad_maps = torch.cat([grad_pre, _map_grad(grad_mixed, streams_, shared)], dim=-2).to(maps.dtype)
+        if ctx.needs_input_grad[1]:
+            grad_streams = torch.matmul(maps_[..., 1:, :].mT, grad_mixed)
+            grad_streams = grad_streams.addcmul_(maps_[..., 0, :].unsqueeze(-1), grad_x.unsqueeze(-2))
+            grad_streams = grad_streams.to(streams.dtype)
+        return grad_maps, grad_streams
+
+
+class _Write(torch.autograd.Function):
+    """`_write` with a backward that passes the streams' gradient through as it is (no copy) and computes
+    `H_post`'s and the sublayer output's gradients as products instead of element-wise products and sums over
+    K-wide temporaries."""
+
+    @staticmethod
+    def forward(ctx, mixed, post, out):
+        ctx.save_for_backward(post, out)
+        return _write(mixed, post, out)
+
+    @staticmethod
+    def backward(ctx, grad):
+        post, out = ctx.saved_tensors
+        grad_post = grad_out = None
+        if ctx.needs_input_grad[1]:
+            out_ = out.to(grad.dtype).unsqueeze(-2)
+            if post.dim() == 1:
+                grad_post = _token_sum(grad, out_).squeeze(-1)
+            else:
+                grad_post = torch.matmul(grad, out_.mT).squeeze(-1)
+            grad_post = grad_post.to(post.dtype)
+        if ctx.needs_input_grad[2]:
+            grad_out = torch.matmul(post.to(grad.dtype).unsqueeze(-2), grad).squeeze(-2).to(out.dtype)
+        return grad, grad_post, grad_out
+
+
+class StreamRecomputation:
+    """Keeps the K-wide streams for backward only at every `every`-th sublayer and recomputes the others from there.
+
+    Each sublayer's input streams are needed in backward (for the gradients of its coefficients). Instead of letting
+    autograd keep them, a `saved_tensors_hooks` pair replaces them by a handle; backward asks for them in reverse
+    order, and the streams of a block of `every` sublayers are recomputed once from the block's first streams with the
+    same operations as the forward pass (so bit for bit), from what backward keeps anyway: the coefficients and each
+    sublayer's output. Memory: about `L / every + every` K-wide tensors instead of `L` for `L` sublayers.
+    """
+
+    def __init__(self, every: int):
+        self.every = every
+        self.kept: dict[int, torch.Tensor] = {}
+        self.steps: list[tuple] = []
+        self.current: tuple[int, int] | None = None  # (sublayer, storage pointer) of the streams being read
+        self.cache: dict[int, torch.Tensor] = {}
+        self.hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        self.autocast: dict | None = None  # the forward's autocast state, under which backward recomputes
+
+    def __enter__(self):
+        self.hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.current = None
+        hooks, self.hooks = self.hooks, None  # no reference cycle: freed with the graph, without waiting for gc
+        return hooks.__exit__(*exc)
+
+    def reading(self, streams: torch.Tensor) -> None:
+        """The next sublayer starts reading `streams` (its coefficients and product will save them)."""
+        index = len(self.steps)
+        if self.autocast is None:
+            device = streams.device.type
+            self.autocast = {
+                "device_type": device,
+                "dtype": torch.get_autocast_dtype(device),
+                "enabled": torch.is_autocast_enabled(device),
+            }
+        owns_storage = streams.untyped_storage().nbytes() == streams.numel() * streams.element_size()
+        if index % self.every == 0 or not owns_storage:  # the first streams are a view of the embeddings
+            self.kept[index] = streams
+            self.current = None
+        else:
+            self.current = (index, streams.untyped_storage().data_ptr())
+
+    def read(self, maps: torch.Tensor, post: torch.Tensor) -> None:
+        """The sublayer has taken what it saves of its input streams; record what rebuilds its output."""
+        self.current = None
+        self.steps.append((maps.detach(), post.detach()))
+
+    def wrote(self, out: torch.Tensor) -> None:
+        maps, post = self.steps[-1]
+        self.steps[-1] = (maps, post, out.detach())
+
+    def _pack(self, tensor):
+        if self.current is not None and tensor.untyped_storage().data_ptr() == self.current[1]:
+            return (self.current[0], tensor.shape, tensor.stride(), tensor.storage_offset())
+        return tensor
+
+    def _unpack(self, packed):
+        if isinstance(packed, torch.Tensor):
+            return packed
+        index, shape, stride, offset = packed
+        if index not in self.cache:
+            start = max(i for i in self.kept if i < index)
+            self.cache = {start: self.kept[start]}
+            with torch.no_grad(), torch.autocast(**self.autocast):
+                streams = self.kept[start]
+                for i in range(start, index):
+                    maps, post, out = self.steps[i]
+                    streams = _write(_read_mix(maps, streams)[1], post, out)
+                    self.cache[i + 1] = streams
+        return self.cache[index].as_strided(shape, stride, offset)
+
+
+class CompositeGain:
+    """The composite residual map `H_res^(n) ... H_res^(1)` of every token through the sublayers of one forward pass,
+    and its worst gain: the largest absolute row and column sums over every prefix of depth, per token; also the
+    coefficient statistics of every sublayer (their mean over tokens).
+
+    A sublayer only hands its coefficients over (`record`, no tensor operation); `close` computes everything at once,
+    in fp32 and without grad: the prefix products by a parallel scan (`ceil(log2 n)` batched products for `n`
+    sublayers, not one product per sublayer and token) and each statistic as one stacked mean, so that the cost per
+    forward no longer grows by about ten small operations per sublayer (a third of static HC's decoding overhead).
+    """
+
+    def __init__(self):
+        self.records: list[tuple] = []  # (hyper-connection, pre, post, res) per sublayer, in order
+        self.closed = False
+
+    def record(self, hc, pre: torch.Tensor, post: torch.Tensor, res: torch.Tensor) -> None:
+        self.records.append((hc, pre.detach(), post.detach(), res.detach()))
+
+    @staticmethod
+    def prefix_products(res: torch.Tensor) -> torch.Tensor:
+        """`P[i] = res[i] @ ... @ res[0]` for `res` `[n, ..., K, K]` (Hillis-Steele scan: the later block times the
+        earlier prefix)."""
+        shift = 1
+        while shift < res.shape[0]:
+            res = torch.cat([res[:shift], torch.matmul(res[shift:], res[:-shift])])
+            shift *= 2
+        return res
+
+    @torch.no_grad()
+    def close(self, attention_mask) -> torch.Tensor | None:
+        """Records each sublayer's mean coefficients in its statistics and returns the worst `(row, column)` gain
+        over depth and over the tokens that `attention_mask` (2-d, when given) keeps. Closed, it is not updated again
+        (gradient checkpointing runs the layers again in backward)."""
+        self.closed = True
+        records, self.records = self.records, []
+        if not records:
+            return None
+        hcs = [r[0] for r in records]
+        pre, post, res = (torch.stack([r[i].float() for r in records]) for i in (1, 2, 3))
+        magnitude = self.prefix_products(res).abs()
+        worst = torch.stack([magnitude.sum(-1).amax(-1), magnitude.sum(-2).amax(-1)], dim=-1).amax(0)
+        if pre.dim() > 2:  # per-token coefficients: their mean over tokens
+            pre, post, res = pre.flatten(1, -2).mean(1), post.flatten(1, -2).mean(1), res.flatten(1, -3).mean(1)
+        for hc, p, q, r in zip(hcs, pre.unbind(0), post.unbind(0), res.unbind(0)):
+            name = f"hc/L{hc.layer_idx}/{hc.sublayer}"
+            hc.stats.add(f"{name}/pre", p)
+            hc.stats.add(f"{name}/post", q)
+            hc.stats.add(f"{name}/res", r)
+        if worst.dim() == 1:
+            return worst
+        if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2:
+            keep = attention_mask[:, -worst.shape[-2] :].bool().unsqueeze(-1)
+            worst = worst.masked_fill(~keep, 0.0)  # gains are >= 0: padding never wins, with no host sync
+        return worst.flatten(0, -2).amax(0)
+
+
+class DeferredStatsAccumulator(StatsAccumulator):
+    """A `StatsAccumulator` that keeps what is added in a list and sums it when read (or every 256 values): one
+    stacked sum instead of an addition per forward pass (the hyper-connections' coefficients, 3 per sublayer)."""
+
+    FOLD_EVERY = 256
+
+    def __init__(self):
+        super().__init__()
+        self._pending: dict[str, list[torch.Tensor]] = {}
+
+    def _record(self, name: str, value: torch.Tensor) -> None:
+        pending = self._pending.setdefault(name, [])
+        pending.append(value)
+        if len(pending) >= self.FOLD_EVERY:
+            self._fold(name)
+
+    @torch.no_grad()
+    def _fold(self, name: str) -> None:
+        values = self._pending.pop(name)
+        total = torch.stack(values).float().sum(0)
+        if name in self._sums:
+            self._sums[name] = self._sums[name] + total
+            self._counts[name] += len(values)
+        else:
+            self._sums[name], self._counts[name] = total, len(values)
+
+    def read(self, reset: bool = True, split: str | None = None) -> dict[str, float]:
+        for name in list(self._pending):
+            self._fold(name)
+        return super().read(reset=reset, split=split)
+
+
+class RunningMaxAccumulator(StatsAccumulator):
+    """A `StatsAccumulator` that keeps the largest value since the last read instead of the mean (for worst cases)."""
+
+    def _record(self, name: str, value: torch.Tensor) -> None:
+        value = value.float()
+        self._sums[name] = torch.maximum(self._sums[name], value) if name in self._sums else value.clone()
+        self._counts[name] = 1
+
+
+def _compiled(fn):
+    """`fn` compiled once per process with `torch.compile(fullgraph=True)` (shapes specialised; a handful of shapes
+    in a generation: the prompt's and one token's)."""
+    if fn not in _COMPILED:
+        _COMPILED[fn] = torch.compile(fn, fullgraph=True)
+    return _COMPILED[fn]
+
+
+_COMPILED: dict = {}
+
+
+def _mhc_coefficients(
+    flat, weight, pre, post, res, scale, k: int, iters: int, recompute_sinkhorn: bool = False, variant: str = "seed"
+):
+    """Input-dependent mHC coefficients from the flattened fp32 streams `[..., K*D]` and the fp32 parameters:
+    `z = Linear(RMSNorm(flat))` split into the three parts, each added to its static logits with its learned scale,
+    then the constraints of `variant` (`_mhc_maps`)."""
+    z = nn.functional.linear(flat, weight) * _rms_scale(flat)
+    pre = pre + scale[0] * z[..., :k]
+    post = post + scale[1] * z[..., k : 2 * k]
+    res = res + scale[2] * z[..., 2 * k :].unflatten(-1, (k, k))
+    return _mhc_maps(pre, post, res, iters, variant, recompute_sinkhorn)
+
+
+class ForwardPassMachinery:
+    """What a fast hyper-connection model runs around its layers in one eager forward pass, shared by its
+    hyper-connections (`FastHyperConnection.machinery`): the stream recomputation and the composite-gain tracker of
+    the forward under way, both None outside one (so also when gradient checkpointing reruns a layer in backward:
+    statistics are recorded once per forward). Compiled and exported forwards run without it (Python-side state that
+    torch.compile and torch.export cannot trace: same result; the streams are kept for backward and no statistics are
+    recorded)."""
+
+    def __init__(self):
+        self.recompute: StreamRecomputation | None = None
+        self.gain: CompositeGain | None = None
+
+    @contextlib.contextmanager
+    def around_layers(self, model, attention_mask):
+        """Run the layers of `model` inside: then record the worst composite gain in `model.hc_gain_stats`."""
+        config = model.config
+        recompute = None
+        if config.hc_recompute_streams and torch.is_grad_enabled() and not model.gradient_checkpointing:
+            recompute = StreamRecomputation(every=math.ceil(math.sqrt(2 * config.num_hidden_layers)))
+        self.recompute, self.gain = recompute, CompositeGain()
+        try:
+            with recompute if recompute is not None else contextlib.nullcontext():
+                yield
+        finally:
+            gain, self.recompute, self.gain = self.gain, None, None
+        worst = gain.close(attention_mask)
+        if worst is not None:
+            model.hc_gain_stats.add("hc/amax_gain_row_worst", worst[0])
+            model.hc_gain_stats.add("hc/amax_gain_col_worst", worst[1])
+
+
+class FastHyperConnectionMixin:
+    """The fast `coefficients` and `forward` of a `HyperConnection` (put before it: modeling_hyper_connections.py's
+    `FastHyperConnection`): the same parameters and, to float rounding, the same function (`HyperConnection.forward`
+    is the specification). Records its mean coefficients in `stats` through the forward pass's `CompositeGain`."""
+
+    def __init__(self, config, layer_idx: int, sublayer: str):
+        super().__init__(config, layer_idx, sublayer)
+        # compiled where it wins: input-dependent mHC (Sinkhorn's rounds); dynamic HC's few operations cost less
+        # eagerly than a compiled call
+        self.fused = config.hc_fused and self.mode == "mhc" and self.dynamic
+        self.stats = DeferredStatsAccumulator()
+        self.machinery = ForwardPassMachinery()  # the model's, shared by all its hyper-connections, once it is built
+        self._frozen = None  # without grad: (key, value) of what depends on the parameters only
+
+    def _reused(self, make, dtype):
+        """`make()` (a function of the parameters only), reused without grad until a parameter changes (the key
+        reads storage pointers and version counters, which tracing has not) or the dtype does."""
+        if torch.is_grad_enabled() or torch.compiler.is_compiling():
+            return make()
+        key = (dtype, *((p.data_ptr(), p._version) for p in self.parameters()))
+        if self._frozen is None or self._frozen[0] != key:
+            self._frozen = (key, make())
+        return self._frozen[1]
+
+    def _dynamic_parts(self, streams: torch.Tensor):
+        """HC's per-stream input-dependent parts from fp32 streams: `Linear(RMSNorm(h_k))` (`[..., K, K + 2]`),
+        optionally squashed by tanh, split into pre, post and the columns of res."""
+        # RMSNorm(h_k) @ W^T == (h_k @ W^T) * rsqrt(mean(h_k^2)): no normalised copy of the streams is kept
+        z = nn.functional.linear(streams, self.dynamic_proj.weight.float()) * _rms_scale(streams)
+        if self.dynamic_tanh:
+            z = torch.tanh(z)
+        return z[..., 0], z[..., 1], z[..., 2:].transpose(-1, -2)
+
+    def coefficients(self, streams: torch.Tensor):
+        """`(H_pre [..., K], H_post [..., K], H_res [..., K, K])`: shapes `[K]` when static, `[batch, seq, K]`
+        when input-dependent. Computed in fp32 (whatever the dtype of the streams and the parameters) and returned in
+        the streams' dtype. Without grad, static coefficients are computed once and reused until a parameter
+        changes."""
+        if not self.dynamic:
+            return self._reused(lambda: self._coefficients(streams), streams.dtype)
+        return self._coefficients(streams)
+
+    def _coefficients(self, streams: torch.Tensor):
+        with torch.autocast(device_type=streams.device.type, enabled=False):
+            pre, post, res = self.pre.float(), self.post.float(), self.res.float()
+            if self.mode == "dynamic":
+                d_pre, d_post, d_res = self._dynamic_parts(streams.float())
+                scale = self.dynamic_scale.float()
+                pre, post, res = pre + scale[0] * d_pre, post + scale[1] * d_post, res + scale[2] * d_res
+            elif self.dynamic:  # fused: one compiled graph (Sinkhorn's backward in it too, so nothing to recompute)
+                # eager inside a compiled model (traced as a whole) and under a dispatch mode such as torch's
+                # FlopCounterMode, which torch.compile refuses to run under
+                fused = self.fused and not torch.compiler.is_compiling() and not is_in_torch_dispatch_mode()
+                fn = _compiled(_mhc_coefficients) if fused else _mhc_coefficients
+                weight, scale = self.dynamic_proj.weight.float(), self.dynamic_scale.float()
+                recompute = torch.is_grad_enabled() and not fused
+                flat = streams.float().flatten(-2)
+                pre, post, res = fn(
+                    flat, weight, pre, post, res, scale, self.streams, self.sinkhorn_iters, recompute, self.variant
+                )
+            elif self.mode == "mhc":
+                pre, post, res = _mhc_maps(pre, post, res, self.sinkhorn_iters, self.variant)
+        dtype = streams.dtype
+        return pre.to(dtype), post.to(dtype), res.to(dtype)
+
+    def _maps(self, streams: torch.Tensor):
+        """`(H_pre, H_post, H_res, [H_pre; H_res])`, the last the maps of the read-in and mixing product."""
+        pre, post, res = self._coefficients(streams)
+        return pre, post, res, torch.cat([pre.unsqueeze(-2), res], dim=-2)
+
+    def forward(self, streams: torch.Tensor, branch) -> torch.Tensor:
+        """`h' = H_res h + H_post^T branch(H_pre h)` for streams `[batch, seq, K, hidden]`, with the forward pass's
+        stream recomputation and composite-gain tracker (`machinery`) when it uses them; statistics are recorded with
+        the tracker, once per eager forward."""
+        recompute, gain = self.machinery.recompute, self.machinery.gain
+        if recompute is not None:
+            recompute.reading(streams)
+        if self.dynamic:
+            pre, post, res, maps = self._maps(streams)
+        else:
+            pre, post, res, maps = self._reused(lambda: self._maps(streams), streams.dtype)
+        if gain is not None and not gain.closed:
+            gain.record(self, pre, post, res)
+        # read-in and mixing in one product: row 0 of [H_pre; H_res] @ h is the sublayer input, rows 1.. the mixed
+        # streams
+        grad = torch.is_grad_enabled()
+        x, mixed = _ReadMix.apply(maps, streams) if grad else _read_mix(maps, streams)
+        if recompute is not None:
+            recompute.read(maps, post)
+        out = branch(x)
+        if recompute is not None:
+            recompute.wrote(out)
+        return _Write.apply(mixed, post, out) if grad else _write(mixed, post, out)
