@@ -49,14 +49,17 @@ def zoo_entry(config, architecture: str | None = None):
 
 
 def load_model(folder: str):
-    """The zoo model saved in `folder`, in fp32 and eval mode, with its zoo entry."""
+    """The zoo model saved in `folder`, in fp32 and eval mode (with its mechanism record's `inspect_options`), with
+    its zoo entry."""
     from transformers import AutoConfig
 
     from . import zoo  # noqa: F401  (importing the package registers the zoo with the Auto classes)
+    from .mechanisms import MECHANISMS
 
     config = AutoConfig.from_pretrained(folder)
     entry = zoo_entry(config)
-    model = entry.model_class.from_pretrained(folder, dtype=torch.float32)
+    options = MECHANISMS[entry.mechanism].inspect_options
+    model = entry.model_class.from_pretrained(folder, dtype=torch.float32, **options)
     return model.eval(), entry
 
 

@@ -74,6 +74,9 @@ class Mechanism:
     pictures: tuple[Picture, ...] = ()
     bench_cases: dict[str, BenchCase] = dataclasses.field(default_factory=dict)
     training_tools: tuple[str, ...] = ()
+    # options `interlayer inspect` loads a saved model with: where the statistics its pictures read are recorded by
+    # one implementation only (the eager hyper-connections record none), the one that records them
+    inspect_options: dict = dataclasses.field(default_factory=dict)
 
     @property
     def model_classes(self) -> tuple[type, ...]:
@@ -117,6 +120,7 @@ def register_mechanism(
     pictures: tuple[Picture, ...] = (),
     bench_cases: dict[str, BenchCase] | None = None,
     training_tools: tuple[str, ...] = (),
+    inspect_options: dict | None = None,
 ) -> Mechanism:
     """Add a mechanism's record to `MECHANISMS`. Refuses (ValueError naming the field, the value and its owner) a
     name, parameter prefix, statistics prefix or bench case another mechanism has, a parameter prefix that starts
@@ -154,6 +158,7 @@ def register_mechanism(
         tuple(pictures),
         {case: dataclasses.replace(c, mechanism=name) for case, c in (bench_cases or {}).items()},
         tuple(training_tools),
+        dict(inspect_options or {}),
     )
     if not record.model_classes:
         raise ValueError(f"register_mechanism: {modeling_module.__name__} registers no model class for an Auto class.")
@@ -231,6 +236,7 @@ register_mechanism(
         Picture("composite gain", "hc_composite_gain.png", draw.hc_gain),
         Picture("H_pre and H_post", "hc_pre_post.png", draw.hc_pre_post),
     ),
+    inspect_options={"hc_implementation": "fast"},
     bench_cases={
         "hc-static": BenchCase("llama", options=dict(hc_mode="static", freeze_base=False)),
         "hc-dynamic": BenchCase("llama", options=dict(hc_mode="dynamic", freeze_base=False)),

@@ -2,6 +2,8 @@
 differ from the default and whether it computes the stock function, and the pictures are real, non-blank PNGs; for
 a Trainer output folder, the logged statistics become curves."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -276,3 +278,16 @@ def test_training_curves_name_every_line():
         assert [text.get_text() for text in legend.get_texts()] == [
             f"L{layer} {i}_0" for layer in range(10) for i in range(2)
         ][: len(shown)]
+
+
+def test_a_model_saved_with_the_eager_hyper_connections_is_drawn_from_the_fast_ones_statistics(tmp_path, capsys):
+    """The eager hyper-connections (`hc_implementation="eager"`, the specification) record no statistics: inspect
+    loads the folder with the fast implementation (the same function), draws every picture, and leaves the folder's
+    config as saved."""
+    folder = converted(
+        tmp_path, build_stock_qwen3, "hyper-connections", hc_streams=2, hc_mode="static", hc_implementation="eager"
+    )
+    inspect(folder, tmp_path / "pictures", capsys)
+    assert_pictures(tmp_path / "pictures", ["hc_res.png", "hc_composite_gain.png", "hc_pre_post.png"])
+    with open(f"{folder}/config.json") as f:
+        assert json.load(f)["hc_implementation"] == "eager"
