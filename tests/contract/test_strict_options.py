@@ -230,7 +230,7 @@ def test_reload_refuses_an_option_that_changes_what_the_weights_mean(tmp_path):
 
 
 def test_reload_refuses_a_structural_option_of_every_mechanism(tmp_path):
-    from gpt2_fixtures import build_stock_gpt2
+    from stock_checkpoints import build_stock_gpt2
 
     from interlayer import GatedGPT2LMHeadModel, LlamaLatentForCausalLM
 
@@ -271,7 +271,7 @@ def test_a_checkpoint_without_tokenizer_gets_none(tmp_path):
 
 
 def test_errors_that_name_the_field():
-    from gpt2_fixtures import TINY_GPT2
+    from stock_checkpoints import TINY_GPT2
 
     from interlayer import GatedGPT2Config, GatedGPT2LMHeadModel, MarianBridgeConfig, RobertaBridgeConfig
 

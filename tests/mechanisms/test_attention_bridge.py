@@ -245,7 +245,7 @@ def test_convert_infers_the_translation_task_and_reports_new_tensors(stock):
 
 def stock_families():
     """Per family: the stock checkpoint builder, the stock base class and the zoo base and LM classes."""
-    from attention_bridge_fixtures import build_stock_bart, build_stock_m2m100, build_stock_mbart, build_stock_t5
+    from stock_checkpoints import build_stock_bart, build_stock_m2m100, build_stock_mbart, build_stock_t5
     from transformers import BartModel, M2M100Model, MBartModel, T5Model
 
     import interlayer as il
@@ -439,7 +439,7 @@ with torch.no_grad():
     assert result.returncode == 0, result.stderr[-3000:]
     torch.testing.assert_close(torch.load(tmp_path / "out.pt"), expected)
 
-    from attention_bridge_fixtures import build_stock_bart
+    from stock_checkpoints import build_stock_bart
 
     build_stock_bart(str(tmp_path / "bart"))
     base = BartAttentionBridgeModel.from_pretrained(tmp_path / "bart", bridge_layers=["simple"], **TINY_BRIDGE).eval()

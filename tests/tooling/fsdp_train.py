@@ -56,7 +56,7 @@ def pair_rows():
 
 
 def modernbert_pair_rows():
-    """Each row padded by at most 2 tokens (the tiny ModernBERT's sliding window, `bridge_fixtures.PAIR_LENGTHS`)."""
+    """Each row padded by at most 2 tokens (the tiny ModernBERT's sliding window, `batches.PAIR_LENGTHS`)."""
     batch = pair_batch("modernbert", ((6, 5), (6, 4), (5, 4), (5, 5), (6, 3), (4, 5), (6, 5), (5, 4)))
     batch["labels"] = torch.arange(EXAMPLES) % 3
     return batch

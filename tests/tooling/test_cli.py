@@ -140,8 +140,7 @@ def _convert_error(capsys, *args):
 
 
 def test_convert_reports_config_errors_and_a_head_of_another_size_in_one_line(tmp_path, capsys):
-    from attention_bridge_fixtures import build_stock_marian
-    from gpt2_fixtures import build_stock_gpt2
+    from stock_checkpoints import build_stock_gpt2, build_stock_marian
 
     build_stock_marian(str(tmp_path / "marian"))
     languages = 'decoder_languages=["de", "to"]'

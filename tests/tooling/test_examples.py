@@ -86,7 +86,8 @@ def test_a_clean_process_loads_a_saved_folders_tokenizer_without_a_question(tmp_
     """Without `interlayer`, `AutoTokenizer.from_pretrained(folder)` reads the folder's config through its remote
     code: it asks `[y/N]` on a terminal and, refused, warns about instantiating a model of type "". With
     `trust_remote_code=True`, as the demo prints it, neither."""
-    from hc_fixtures import save_tiny_llama_with_tokenizer, write_qa_pairs
+    from batches import write_qa_pairs
+    from stock_checkpoints import save_tiny_llama_with_tokenizer
 
     from interlayer import LlamaLatentForCausalLM
     from interlayer.zoo import save_atomically

@@ -84,12 +84,10 @@ def test_every_layer_is_its_own_unit_and_ranks_agree(runs, name):
 def test_checkpoints_with_0d_scalars_still_load_bit_exactly(tmp_path, model_class, build, options, names):
     """Gates and temperatures are `(1,)` parameters now; a folder saved when they were 0-d tensors loads into them
     with no missing, unexpected or mismatched key and the same values, by the class and by the remote code."""
-    import bridge_fixtures
-    import hc_fixtures
+    import stock_checkpoints
     from transformers import AutoModel
 
-    builder = getattr(hc_fixtures, build, None) or getattr(bridge_fixtures, build)
-    builder(str(tmp_path / "stock"))
+    getattr(stock_checkpoints, build)(str(tmp_path / "stock"))
     torch.manual_seed(0)
     model = model_class.from_pretrained(str(tmp_path / "stock"), **options)
     scalars = {n for n, p in model.named_parameters() if n.rsplit(".", 1)[-1] in names}

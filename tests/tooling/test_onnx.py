@@ -293,7 +293,7 @@ def test_pruned_llama_sentinel_cached_decoding_export(tmp_path):
 
 def test_roberta_bridge_export(tmp_path):
     """RoBERTa sequence classification with the hybrid bridge (QKV and HDIM messages, routed), the bridge
-    projections enlarged (`bridge_fixtures.active_bridge`). The eager model scores the HDIM target tokens 4 at a
+    projections enlarged (`converted_models.active_bridge`). The eager model scores the HDIM target tokens 4 at a
     time, fewer than the batches' lengths; the graph scores them at once (a number of chunks would fix the
     length), which gives the same logits."""
     model = active_bridge(tmp_path / "stock", "roberta", **BRIDGE_PRESETS["hybrid"], hdim_chunk_size=4)
