@@ -4,8 +4,8 @@ frozen first pass, the cache, statistics and the seed's parameter count."""
 import pytest
 import torch
 from batches import lm_batch, lm_labels
-from stock_checkpoints import TINY_DECODER, build_stock_qwen3
-from transformers import DataCollatorWithFlattening, DynamicCache, LlamaConfig, LlamaForCausalLM
+from stock_checkpoints import TINY_DECODER, build_stock_llama, build_stock_qwen3
+from transformers import DataCollatorWithFlattening, DynamicCache
 
 from interlayer import LlamaLatentConfig, LlamaLatentForCausalLM, Qwen3LatentConfig, Qwen3LatentForCausalLM
 from interlayer.models.configuration_latent import LATENT_SOURCES
@@ -14,10 +14,7 @@ FOUR_LAYERS = {**TINY_DECODER, "num_hidden_layers": 4}
 
 
 def save_stock_llama(folder, layers):
-    torch.manual_seed(0)
-    stock = LlamaForCausalLM(LlamaConfig(**{**TINY_DECODER, "num_hidden_layers": layers}))
-    stock.save_pretrained(folder)
-    return folder, stock.eval()
+    return folder, build_stock_llama(folder, num_hidden_layers=layers).eval()
 
 
 @pytest.fixture(scope="module")
