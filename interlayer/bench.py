@@ -15,7 +15,7 @@ model). Memory traffic (`memory_traffic`) is counted, not timed: the bytes every
 of a decoded token reads and writes, for stock and model.
 
     interlayer bench                        # every case at its full shape, 2 threads, one subprocess per case
-    interlayer bench --quick --in-process   # tiny shapes, one step (what tests/test_bench.py runs)
+    interlayer bench --quick --in-process   # tiny shapes, one step (what tests/tooling/test_bench.py runs)
     interlayer bench --cases mhc hc-static --rounds 5 --compile
     interlayer bench --cases sentinel-prune-30 sentinel-prune-50 sentinel-prune-70   # pruned heads: forward, decoding
     interlayer bench --device cuda          # the same cases on a GPU (timers wait for the device)

@@ -725,7 +725,7 @@ class ConformanceSuite:
         """What FSDP needs from the model class and from its base model class: every name in `_no_split_modules` is
         a module class of the model (accelerate's FSDP plugin refuses a name it cannot find), every layer
         (`GradientCheckpointingLayer`) lies inside a module so named (each layer becomes its own FSDP unit), and no
-        parameter is 0-d (`fully_shard` refuses them). tests/test_fsdp.py trains one class of each mechanism
+        parameter is 0-d (`fully_shard` refuses them). tests/tooling/test_fsdp.py trains one class of each mechanism
         sharded."""
         from transformers.modeling_layers import GradientCheckpointingLayer
 
@@ -1295,7 +1295,8 @@ class ConformanceSuite:
         module's parameters when the outermost `__init__` that an `nn.Module` class defines in its own `__dict__`
         returns: a parameter a mixin adds after the stock `__init__` (gates, read-outs) would stay whole on every rank
         unless the composed class has an `__init__` of its own (`generate_classes.py`). Checked by doing
-        DeepSpeed's wrapping without DeepSpeed; tests/test_deepspeed.py loads three classes under the real one."""
+        DeepSpeed's wrapping without DeepSpeed; tests/tooling/test_deepspeed.py loads three classes under the real
+        one."""
         folder, _ = self._stock(tmp_path)
         config = self._zoo(folder, **self.case.active_options).config
         missed = _parameters_zero3_init_would_miss(lambda: self.case.model_class(config))

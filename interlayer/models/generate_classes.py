@@ -7,7 +7,7 @@ each mechanism's spec below (`MECHANISMS`); and the attention bridge's classes o
     python -m interlayer.models.generate_classes --fix  # rewrites them
 
 A generated block sits between the lines `# --- begin generated <block> ...` and `# --- end generated <block> ---`
-and is not edited by hand; `tests/test_generated_classes.py` fails when one differs from what this renders (as
+and is not edited by hand; `tests/contract/test_generated_classes.py` fails when one differs from what this renders (as
 transformers' `utils/check_modular_conversion.py` does for its modular files). A new decoder family is its declaration
 in `families.py` and a run of `--fix`. The model files never import this module (it is a tool, not remote code).
 

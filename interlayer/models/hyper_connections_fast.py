@@ -6,10 +6,9 @@ memory, plus the statistics and the composite-gain tracking that `mechanism_stat
 same checkpoints), as `kernels`' `kernelize` replaces the forward of a layer marked with `use_kernel_forward_from_hub`
 in transformers: a layer whose config says `hc_implementation="fast"` is built as modeling_hyper_connections.py's
 `FastHyperConnection` (this mixin before `HyperConnection`, `hyper_connection_class`), and the eager equation is what
-the tests hold it to
-(`tests/test_hyper_connections.py::test_fast_implementation_equals_the_eager_equation`: outputs and every gradient, in
-every mode, with and without the stream recomputation, under gradient checkpointing, `hc_fused`). What it does
-differently, and why (docs/hyper_connections.md, "What the implementation does about cost"):
+the tests hold it to (`tests/mechanisms/test_hyper_connections.py::test_fast_implementation_equals_the_eager_equation`:
+outputs and every gradient, in every mode, with and without the stream recomputation, under gradient checkpointing,
+`hc_fused`). What it does differently, and why (docs/hyper_connections.md, "What the implementation does about cost"):
 
 - read-in and mixing as one product `[H_pre; H_res] @ h`, and the write as one `addcmul`, with hand-written backward
   passes (`_ReadMix`, `_Write`) that keep only their inputs and write each gradient once;

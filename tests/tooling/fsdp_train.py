@@ -1,0 +1,176 @@
+"""Train tiny zoo models sharded with FSDP2 (`torch.distributed.fsdp.fully_shard`) and save what each rank ends with.
+
+    python tests/tooling/fsdp_train.py OUT CASE...  # one process, no sharding
+    python -m torch.distributed.run --nproc_per_node 2 tests/tooling/fsdp_train.py OUT CASE...  # 2 ranks, gloo, sharded
+
+In several processes every module whose class is named in the model's `_no_split_modules` is sharded with
+`fully_shard`, then the root (the recipe of the PyTorch FSDP2 tutorial, and what accelerate's FSDP plugin does with
+`fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP`). Each case trains 3 AdamW steps on the same 8 examples: batch 8 in
+one process, 4 + 4 in two (rank r takes examples 4r..4r+3). FSDP2 averages the gradients over the ranks, so the
+per-rank losses must be means over equally many items: the language-model batches are unpadded (every rank has the
+same token count) and the classification and translation losses are means over equally many examples or target
+tokens. Dropout is off. Each rank writes `OUT/CASE/rank{RANK}.pt`: the losses (averaged over the ranks), the full
+state dict (gathered from the shards) and which modules were sharded.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the fixtures in tests/
+
+from batches import lm_batch, pair_batch, source_batch, target_labels  # noqa: E402
+from conformance_cases import MODERNBERT_ACTIVE, ROBERTA_ACTIVE, TINY_BRIDGE  # noqa: E402
+from multiprocess_train import GATED, NO_DROPOUT  # noqa: E402
+from stock_checkpoints import (  # noqa: E402
+    build_stock_gpt2,
+    build_stock_llama,
+    build_stock_marian,
+    build_stock_roberta,
+    encoder_builder,
+)
+
+import interlayer  # noqa: E402
+
+EXAMPLES = 8
+STEPS = 3
+LR = 1e-3
+CASE_LR = {"modernbert_bridge": 3e-4}  # at 1e-3 the tiny ModernBERT's loss overshoots and ends above its start
+
+
+def lm_rows():
+    batch = lm_batch((12,) * EXAMPLES)
+    batch["labels"] = batch["input_ids"].clone()
+    return batch
+
+
+def pair_rows():
+    batch = pair_batch("roberta", ((6, 5), (4, 3), (2, 2), (5, 6), (3, 3), (6, 4), (2, 5), (4, 4)))
+    batch["labels"] = torch.arange(EXAMPLES) % 3
+    return batch
+
+
+def modernbert_pair_rows():
+    """Each row padded by at most 2 tokens (the tiny ModernBERT's sliding window, `batches.PAIR_LENGTHS`)."""
+    batch = pair_batch("modernbert", ((6, 5), (6, 4), (5, 4), (5, 5), (6, 3), (4, 5), (6, 5), (5, 4)))
+    batch["labels"] = torch.arange(EXAMPLES) % 3
+    return batch
+
+
+def seq2seq_rows():
+    batch = source_batch((12, 9, 5, 12, 7, 11, 3, 10))
+    batch["labels"] = target_labels(batch)
+    return batch
+
+
+# name: (stock builder, zoo class, options, rows); one model class of each mechanism
+CASES = {
+    "llama_mhc": (
+        build_stock_llama,
+        interlayer.LlamaMHCForCausalLM,
+        dict(hc_mode="dynamic", hc_init_noise=0.1, **NO_DROPOUT["decoder"]),
+        lm_rows,
+    ),
+    "llama_latent": (
+        build_stock_llama,
+        interlayer.LlamaLatentForCausalLM,
+        dict(identity_init=False, latent_source="same_position", latent_source_layers=[1, 2], **NO_DROPOUT["decoder"]),
+        lm_rows,
+    ),
+    "roberta_bridge": (
+        build_stock_roberta,
+        interlayer.RobertaBridgeForSequenceClassification,
+        dict(ROBERTA_ACTIVE, hdim_token_temp=1.0, bridge_dropout=0.0, **NO_DROPOUT["encoder"]),
+        pair_rows,
+    ),
+    # pre-norm: the bridge reads a layer's output through the next layer's attention norm
+    "modernbert_bridge": (
+        encoder_builder("modernbert"),
+        interlayer.ModernBertBridgeForSequenceClassification,
+        dict(MODERNBERT_ACTIVE, bridge_mode="qkv", bridge_dropout=0.0),  # no dropout by default
+        modernbert_pair_rows,
+    ),
+    "sentinel_gpt2": (build_stock_gpt2, interlayer.GPT2SentinelLMHeadModel, GATED, lm_rows),
+    "marian_attention_bridge": (
+        build_stock_marian,
+        interlayer.MarianAttentionBridgeForConditionalGeneration,
+        dict(bridge_layers=["transformer", "perceiver"], **TINY_BRIDGE, **NO_DROPOUT["marian"]),
+        seq2seq_rows,
+    ),
+}
+
+
+def shard(model, mesh) -> list[str]:
+    """The plain recipe: `fully_shard` every module whose class `_no_split_modules` names (innermost first), then the
+    root; nothing specific to the model."""
+    from torch.distributed.fsdp import fully_shard
+
+    names = set(model._no_split_modules)
+    units = [name for name, module in model.named_modules() if type(module).__name__ in names]
+    for name in reversed(units):
+        fully_shard(model.get_submodule(name), mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return units
+
+
+def full_state_dict(model) -> dict[str, torch.Tensor]:
+    return {
+        k: (v.full_tensor() if isinstance(v, DTensor) else v).detach().clone() for k, v in model.state_dict().items()
+    }
+
+
+def train(name: str, out: str, rank: int, world_size: int, mesh) -> None:
+    _, model_class, options, rows = CASES[name]
+    torch.manual_seed(0)
+    model = model_class.from_pretrained(os.path.join(out, name, "stock"), **options)
+    units = shard(model, mesh) if world_size > 1 else []
+    model.train()
+    batch = rows()
+    share = EXAMPLES // world_size
+    batch = {k: v[rank * share : (rank + 1) * share] for k, v in batch.items()}
+    optimizer = torch.optim.AdamW(model.parameters(), lr=CASE_LR.get(name, LR))
+    losses = []
+    for _ in range(STEPS):
+        loss = model(**batch).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        logged = loss.detach().clone()
+        if world_size > 1:
+            dist.all_reduce(logged)
+            logged /= world_size
+        losses.append(logged.item())
+    state = full_state_dict(model)
+    torch.save(
+        {"world_size": world_size, "losses": losses, "state_dict": state, "sharded": units},
+        os.path.join(out, name, f"rank{rank}.pt"),
+    )
+
+
+def main(out: str, names: list[str]) -> None:
+    rank = int(os.environ.get("RANK", "0"))
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    torch.set_num_threads(1)
+    for name in names:
+        if rank == 0:
+            CASES[name][0](os.path.join(out, name, "stock"))
+    mesh = None
+    if world_size > 1:
+        from torch.distributed.device_mesh import init_device_mesh
+
+        dist.init_process_group("gloo")
+        dist.barrier()  # rank 0 has written the stock checkpoints
+        mesh = init_device_mesh("cpu", (world_size,))
+    for name in names:
+        train(name, out, rank, world_size, mesh)
+    if world_size > 1:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2:])

