@@ -6,7 +6,7 @@ Every stock weight keeps its stock name and layout, so a stock checkpoint loads 
 query head h scales that head's attention output before the output projection:
 `o_proj(concat_h g_h * softmax(q_h k_{kv(h)}^T / sqrt(d)) v_{kv(h)})` (seed section 2.1). With `identity_init=True`
 every gate is exactly 1 at conversion and the model is the stock model. The mechanism's own tensors are named
-`sentinel_*` (gates, head mask) and `unet_*` (skip fusions).
+`sentinel_*` (gates, head mask, and the U-Net skip fusions `sentinel_unet_fuse`).
 
 The mechanism is written once against where a family's layer keeps its attention heads (`families.Heads`, declared
 with the family in `families.py`: which module carries the gates, which projections hold the heads' weights and how);
@@ -758,7 +758,7 @@ class SentinelPreTrainedMixin(ZooModelMixin):
             f"Sentinel-gated {c.sentinel_family} (interlayer, seed 001): a learnable gate per attention head scales "
             f"that head's output before `{self.sentinel_roles.out.rpartition('.')[2]}`; an L1 term (weight "
             f"{c.gate_l1}) pushes gates down. {pruned} of {total} heads are structurally pruned.{skips} Stock weight "
-            "names; the mechanism's tensors are named `sentinel_*` and `unet_*`."
+            "names; the mechanism's tensors (gates, head mask, skip fusions) are named `sentinel_*`."
         )
 
     def mechanism_state(self) -> dict[str, float]:
