@@ -70,7 +70,11 @@ def _product(maps: torch.Tensor, streams: torch.Tensor) -> torch.Tensor:
 
 
 def _single_stream(streams: torch.Tensor) -> torch.Tensor | None:
-    """`[..., 1, D]` when the K streams are views of one tensor (the expanded embeddings), else None."""
+    """`[..., 1, D]` when the K streams are views of one tensor (the expanded embeddings), else None. Never under
+    compilation: a stride is symbolic there once shapes are dynamic (a layer compiled on its own, as regional
+    compilation does, meets the streams of every layer), and dynamo cannot branch on it."""
+    if torch.compiler.is_compiling():
+        return None
     return streams[..., :1, :] if streams.shape[-2] > 1 and streams.stride(-2) == 0 else None
 
 

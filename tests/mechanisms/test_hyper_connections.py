@@ -739,3 +739,28 @@ def test_no_grad_forward_equals_the_training_path(stock_llama):
             again = model(input_ids).logits
         torch.testing.assert_close(cached, model(input_ids).logits, msg=str(options))
         assert torch.equal(again, cached)
+
+
+def test_each_layer_compiled_on_its_own_trains_as_the_eager_model(stock_llama):
+    """Regional compilation (`layer.compile()` on every decoder layer: one compiled layer serves the whole depth),
+    after the stock model's layers were compiled the same way, as a comparison with stock does: the stock layers'
+    compiled code meets the K-wide streams, shapes turn dynamic, and dynamo stopped on a branch on the streams'
+    stride. The loss and every gradient equal the eager model's."""
+    torch._dynamo.reset()
+    batch = {**lm_batch(lengths=(7, 7)), "use_cache": False}
+    batch["labels"] = batch["input_ids"]
+    stock = copy.deepcopy(stock_llama[1]).train()
+    for layer in stock.model.layers:
+        layer.compile()
+    stock(**batch).loss.backward()
+    eager = randomised(stock_llama[0]).train()
+    compiled = copy.deepcopy(eager)
+    for layer in compiled.model.layers:
+        layer.compile()
+    expected, loss = eager(**batch).loss, compiled(**batch).loss
+    expected.backward()
+    loss.backward()
+    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-5)
+    for (name, p), q in zip(compiled.named_parameters(), eager.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=name)
+    torch._dynamo.reset()
