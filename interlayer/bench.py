@@ -255,14 +255,20 @@ def flop_counter():
     return flop_counter.FlopCounterMode(display=False, custom_mapping=cpu)
 
 
-def training_flops(model, inputs: dict) -> int:
-    """Floating-point operations of one forward + backward (`model(**inputs).loss`), as `flop_counter` counts them."""
+def counted_backward(model, inputs: dict, counter):
+    """`counter` (a context) around one forward + backward (`model(**inputs).loss`) in train mode, gradients cleared
+    after, the optimizer excluded; returns the counter."""
     model.train()
-    with flop_counter() as counter:
+    with counter:
         model(**inputs).loss.backward()
     for p in model.parameters():
         p.grad = None
-    return counter.get_total_flops()
+    return counter
+
+
+def training_flops(model, inputs: dict) -> int:
+    """Floating-point operations of one forward + backward (`model(**inputs).loss`), as `flop_counter` counts them."""
+    return counted_backward(model, inputs, flop_counter()).get_total_flops()
 
 
 def tensor_bytes(tensor) -> int:
@@ -301,12 +307,7 @@ def memory_traffic():
 
 def training_bytes(model, inputs: dict) -> int:
     """`memory_traffic` of one forward + backward (`model(**inputs).loss`), the optimizer excluded."""
-    model.train()
-    with memory_traffic() as traffic:
-        model(**inputs).loss.backward()
-    for p in model.parameters():
-        p.grad = None
-    return traffic.bytes
+    return counted_backward(model, inputs, memory_traffic()).bytes
 
 
 def decoding_traffic(model, prompt, new_tokens: int = 4) -> dict:
