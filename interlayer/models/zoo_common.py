@@ -31,6 +31,7 @@ import torch
 from huggingface_hub.dataclasses import strict
 from huggingface_hub.errors import StrictDataclassError
 from torch import nn
+from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 from transformers.conversion_mapping import register_checkpoint_conversion_mapping
 from transformers.core_model_loading import ConversionOps, WeightConverter, WeightRenaming
 from transformers.masking_utils import create_causal_mask
@@ -322,6 +323,51 @@ def _in_split(name: str, split: str | None) -> bool:
     if split is None:
         return True
     return name.startswith(EVAL_PREFIX) == (split == "eval")
+
+
+class Fused:
+    """`fn` computed as one compiled graph where compiling works, else eagerly: the function is compiled with
+    `torch.compile(fullgraph=True)` at its first compiled call in a process (its operations fused into a few kernels,
+    its backward too) and runs as written instead where a compiled call cannot or should not run:
+
+    - inside a graph being compiled or exported (`torch.compile` of a whole model, `torch.export`, `torch.onnx.export`),
+      which traces it with the rest;
+    - under a dispatch mode such as torch's `FlopCounterMode` (torch.compile refuses to run under one) and under
+      `torch.jit` tracing;
+    - for the rest of the process once compiling it failed (no working C++ compiler for inductor on a CPU, say: one
+      warning names the reason). `TORCH_COMPILE_DISABLE=1`, torch's own switch, runs it eagerly everywhere.
+
+    Both run the same operations, so they agree to float rounding; the tests hold the compiled one to the eager one."""
+
+    backend = "inductor"  # what `torch.compile` compiles with
+
+    def __init__(self, fn):
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+        self.compiled = None
+        self.unavailable: str | None = None  # why compiling failed in this process
+
+    def active(self) -> bool:
+        """Whether a call now runs the compiled function."""
+        return (
+            self.unavailable is None
+            and not torch.compiler.is_compiling()
+            and not is_in_torch_dispatch_mode()
+            and not torch.jit.is_tracing()
+        )
+
+    def __call__(self, *args):
+        if not self.active():
+            return self.fn(*args)
+        if self.compiled is None:
+            self.compiled = torch.compile(self.fn, fullgraph=True, backend=self.backend)
+        try:
+            return self.compiled(*args)
+        except torch._dynamo.exc.BackendCompilerFailed as error:
+            reason = getattr(error, "inner_exception", None) or error
+            self.unavailable = f"{type(reason).__name__}: {(str(reason).strip().splitlines() or [''])[0]}"
+            logger.warning(f"{self.fn.__name__} runs eagerly in this process: torch.compile failed: {self.unavailable}")
+            return self.fn(*args)
 
 
 class StatsAccumulator(nn.Module):
