@@ -76,13 +76,16 @@ class HyperConnectionFields(ZooConfigFields):
             every ~sqrt(2L)-th sublayer and recompute the others in backward (bit for bit); saves memory for a little
             time. Not used with gradient checkpointing, which already keeps only each layer's input, nor under
             `torch.compile` / `torch.export`, which cannot trace it (the streams are kept; same gradients).
-        hc_fused (`bool`, defaults to `False`): in `"mhc"` mode with `mhc_dynamic`, compute the coefficients of
+        hc_fused (`bool`, defaults to `True`): in `"mhc"` mode with `mhc_dynamic`, compute the coefficients of
             every sublayer with one function compiled by `torch.compile(fullgraph=True)` (the projection, the
             normalisation, the sigmoids, the Sinkhorn-Knopp rounds and their backward fused into a few kernels):
             3x fewer microseconds for the coefficients of a decoded token, once a compilation per input shape and
-            grad mode is paid (seconds; a generation has two shapes: the prompt's and one token's). Same results to
-            rounding. Off by default for that compile time; ignored in the other modes (where a compiled call costs
-            more than the eager operations) and inside a model compiled as a whole.
+            grad mode is paid in a process (seconds; a generation has two shapes: the prompt's and one token's).
+            Same results to rounding. Computed eagerly where a compiled call cannot run: inside a model compiled or
+            exported as a whole (traced with it), under a dispatch mode such as `FlopCounterMode`, and once
+            compiling failed in the process (no C++ compiler for inductor: one warning); `TORCH_COMPILE_DISABLE=1`
+            turns it off with every other compilation. Ignored in the other modes, where a compiled call costs more
+            than the eager operations.
         hc_implementation (`str`, defaults to `"fast"`): how the hyper-connections compute their equation.
             `"eager"`: `HyperConnection.forward` of modeling_hyper_connections.py, the equation as written (the
             specification), with no statistics recorded (nothing for `mechanism_stats()` or `interlayer inspect` to
@@ -122,7 +125,7 @@ class HyperConnectionFields(ZooConfigFields):
     hc_init_noise: float | int = 0.0
     freeze_base: bool = True
     hc_recompute_streams: bool = True
-    hc_fused: bool = False
+    hc_fused: bool = True
     hc_implementation: Literal["fast", "eager"] = "fast"
 
     def validate_hyper_connections(self):

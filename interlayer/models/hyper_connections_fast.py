@@ -35,11 +35,10 @@ import math
 
 import torch
 from torch import nn
-from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 from torch.utils.checkpoint import checkpoint
 
 from .hyper_connections_maths import COEFFICIENT_EPS, MHC_EPS, mhc_mixing
-from .zoo_common import StatsAccumulator
+from .zoo_common import Fused, StatsAccumulator
 
 
 def _mhc_maps(pre, post, res, iters: int, variant: str, recompute_sinkhorn: bool = False):
@@ -336,17 +335,6 @@ class RunningMaxAccumulator(StatsAccumulator):
         self._counts[name] = 1
 
 
-def _compiled(fn):
-    """`fn` compiled once per process with `torch.compile(fullgraph=True)` (shapes specialised; a handful of shapes
-    in a generation: the prompt's and one token's)."""
-    if fn not in _COMPILED:
-        _COMPILED[fn] = torch.compile(fn, fullgraph=True)
-    return _COMPILED[fn]
-
-
-_COMPILED: dict = {}
-
-
 def _mhc_coefficients(
     flat, weight, pre, post, res, scale, k: int, iters: int, recompute_sinkhorn: bool = False, variant: str = "seed"
 ):
@@ -358,6 +346,11 @@ def _mhc_coefficients(
     post = post + scale[1] * z[..., k : 2 * k]
     res = res + scale[2] * z[..., 2 * k :].unflatten(-1, (k, k))
     return _mhc_maps(pre, post, res, iters, variant, recompute_sinkhorn)
+
+
+# `hc_fused`: the coefficients as one compiled graph (compiled once per process; a handful of shapes in a generation:
+# the prompt's and one token's), eager where compiling cannot run (`Fused`)
+_fused_mhc_coefficients = Fused(_mhc_coefficients)
 
 
 class ForwardPassMachinery:
@@ -441,10 +434,8 @@ class FastHyperConnectionMixin:
                 scale = self.dynamic_scale.float()
                 pre, post, res = pre + scale[0] * d_pre, post + scale[1] * d_post, res + scale[2] * d_res
             elif self.dynamic:  # fused: one compiled graph (Sinkhorn's backward in it too, so nothing to recompute)
-                # eager inside a compiled model (traced as a whole) and under a dispatch mode such as torch's
-                # FlopCounterMode, which torch.compile refuses to run under
-                fused = self.fused and not torch.compiler.is_compiling() and not is_in_torch_dispatch_mode()
-                fn = _compiled(_mhc_coefficients) if fused else _mhc_coefficients
+                fused = self.fused and _fused_mhc_coefficients.active()
+                fn = _fused_mhc_coefficients if fused else _mhc_coefficients
                 weight, scale = self.dynamic_proj.weight.float(), self.dynamic_scale.float()
                 recompute = torch.is_grad_enabled() and not fused
                 flat = streams.float().flatten(-2)
@@ -466,6 +457,8 @@ class FastHyperConnectionMixin:
         stream recomputation and composite-gain tracker (`machinery`) when it uses them; statistics are recorded with
         the tracker, once per eager forward."""
         recompute, gain = self.machinery.recompute, self.machinery.gain
+        if torch.compiler.is_compiling():  # a layer compiled on its own (regional compilation): Python-side state
+            recompute = gain = None  # that would make dynamo compile every layer anew (its list lengths are guards)
         if recompute is not None:
             recompute.reading(streams)
         if self.dynamic:

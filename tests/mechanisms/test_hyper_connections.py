@@ -667,37 +667,81 @@ def test_exported_forward_equals_eager(stock_llama, options):
 # -- the fused (compiled) coefficient path and the cheaper internals ---------------------------------------------------
 
 
-def test_fused_coefficients_equal_the_eager_path(stock_llama, monkeypatch):
-    """`hc_fused=True` computes the input-dependent mHC coefficients (projection, sigmoids, Sinkhorn and its backward)
-    through one function compiled with `fullgraph=True` (inductor): the loss, every gradient and the statistics of a
-    training step equal those of the eager path, and the compiled function is what ran (one shape, one compilation:
-    a generation would compile two more)."""
+def _counting_fused(monkeypatch, backend=None) -> list:
+    """Replace the fused mHC coefficients by a fresh `Fused` of the same function (compiled anew with `backend` when
+    given) whose compiled calls are counted in the returned list."""
     from interlayer.models import hyper_connections_fast as hc_module
+    from interlayer.models.zoo_common import Fused
 
+    fused = Fused(hc_module._mhc_coefficients)
+    if backend is not None:
+        fused.backend = backend
     calls = []
+    compiled = torch.compile(fused.fn, fullgraph=True, backend=fused.backend)
 
-    def counted(fn):
-        calls.append(fn.__name__)
-        return compiled(fn)
+    def counted(*args):
+        calls.append(fused.fn.__name__)
+        return compiled(*args)
 
-    compiled = hc_module._compiled
-    monkeypatch.setattr(hc_module, "_compiled", counted)
+    fused.compiled = counted
+    monkeypatch.setattr(hc_module, "_fused_mhc_coefficients", fused)
+    return calls
+
+
+def test_fused_coefficients_are_the_default_and_equal_the_eager_path(stock_llama, monkeypatch):
+    """The input-dependent mHC coefficients (projection, sigmoids, Sinkhorn and its backward) are computed by default
+    (`hc_fused=True`) through one function compiled with `fullgraph=True` (inductor): the loss, every gradient and
+    the statistics of a training step equal those of the eager path (`hc_fused=False`), and the compiled function is
+    what ran, once per sublayer."""
+    calls = _counting_fused(monkeypatch)
     batch = lm_batch(lengths=(12, 9))
     batch["labels"] = lm_labels(batch)
     results = []
-    for fused in (False, True):
-        model = randomised(stock_llama[0], freeze_base=False, hc_fused=fused).train()
+    for options in (dict(hc_fused=False), {}):
+        model = randomised(stock_llama[0], freeze_base=False, **options).train()
         out = model(**batch)
         out.loss.backward()
         results.append(
             (out.loss, {n: p.grad for n, p in model.named_parameters()}, model.mechanism_stats(split="train"))
         )
+    assert model.config.hc_fused and model.config.hc_mode == "mhc" and model.config.mhc_dynamic
     assert calls == ["_mhc_coefficients"] * 2 * model.config.num_hidden_layers
     (loss, grads, stats), (fused_loss, fused_grads, fused_stats) = results
     torch.testing.assert_close(fused_loss, loss)
     for name, grad in grads.items():
         torch.testing.assert_close(fused_grads[name], grad, msg=name)
     assert fused_stats.keys() == stats.keys() and all(fused_stats[k] == pytest.approx(stats[k]) for k in stats)
+
+
+def test_fused_coefficients_fall_back_to_eager_where_compiling_fails(stock_llama, monkeypatch):
+    """Where `torch.compile` cannot compile (here a backend that fails as inductor does without a C++ compiler), the
+    default model still trains: one warning names the reason, the coefficients are computed eagerly for the rest of
+    the process, and the step equals the eager path's."""
+
+    def no_compiler(graph, example_inputs):
+        raise RuntimeError("InvalidCxxCompiler: No working C++ compiler found")
+
+    from interlayer.models import zoo_common
+
+    calls = _counting_fused(monkeypatch, backend=no_compiler)
+    warnings = []
+    monkeypatch.setattr(zoo_common.logger, "warning", warnings.append)
+    batch = lm_batch(lengths=(12, 9))
+    batch["labels"] = lm_labels(batch)
+    losses, grads = [], []
+    for options in (dict(hc_fused=False), {}, {}):
+        model = randomised(stock_llama[0], freeze_base=False, **options).train()
+        loss = model(**batch).loss
+        loss.backward()
+        losses.append(loss)
+        grads.append({n: p.grad for n, p in model.named_parameters()})
+    eager = [w for w in warnings if "runs eagerly" in w]
+    assert len(eager) == 1 and "torch.compile failed" in eager[0] and "No working C++ compiler" in eager[0], eager
+    assert calls == ["_mhc_coefficients"]  # tried once, then eager
+    for loss, grad in zip(losses[1:], grads[1:]):
+        torch.testing.assert_close(loss, losses[0])
+        for name, expected in grads[0].items():
+            torch.testing.assert_close(grad[name], expected, msg=name)
 
 
 def test_fused_coefficients_run_under_a_flop_counter(stock_llama):
