@@ -233,6 +233,11 @@ def training_step(model, inputs: dict) -> Callable[[], None]:
     return step
 
 
+# `--compile`: the whole model (`torch.compile(model)`), or block by block (accelerate's `compile_regions`: each
+# repeated block, a decoder layer, compiled on its own and one compilation serving them all, the rest apart)
+COMPILE_MODES = ("model", "regional")
+
+
 def flop_counter():
     """`torch.utils.flop_counter.FlopCounterMode` counting the matrix products and attention, not the element-wise
     operations (which are memory-bound, and what a measured ratio adds on top of these). torch counts the fused
@@ -527,13 +532,14 @@ def measure_case(
     quick: bool,
     rounds: int,
     steps: int,
-    compiled: bool,
+    compile: str | None,
     progress=None,
     layers: int | None = None,
     memory_only: bool = False,
     device: str = "cpu",
 ) -> dict:
     """Build the stock model and its converted model of `CASES[name]` and measure them in turns (see the module);
+    `compile` (`COMPILE_MODES`, or None for eager only) adds compiled turns, stock and model compiled the same way;
     `layers` replaces the number of decoder layers of the Llama cases (the SmolLM2-135M shape has 30). With
     `memory_only`, only the peak resident memory of one training step of each (stock, model, stock), for a process
     whose large allocations go straight to mmap (so that freed tensors leave it). `device`: where both models and
@@ -602,43 +608,65 @@ def measure_case(
         flops = {"stock": forward_flops(stock, inputs["input_ids"]), "model": forward_flops(model, inputs["input_ids"])}
         flops["attention_removed"] = 1 - flops["model"]["attention"] / flops["stock"]["attention"]
         record["forward_flops"] = flops
-    modes = [("eager", stock, model)]
-    if compiled:
-        modes.append(("compiled", torch.compile(stock), torch.compile(model)))
-    for mode, stock_m, model_m in modes:
+    if prompt is not None:
+        record.update(measure_decoding(stock, model, prompt, new_tokens, rounds, compile, progress))
+    modes = [("eager", stock, model, inputs)]
+    if compile == "model":
+        modes.append(("compiled", torch.compile(stock), torch.compile(model), inputs))
+    elif compile == "regional":
+        # a training step's cache would differ between layers (its layer index): dynamo would compile each layer
+        regional_inputs = {**inputs, "use_cache": False} if prompt is not None else inputs
+        from accelerate.utils import compile_regions
+
+        modes.append(("compiled", compile_regions(stock), compile_regions(model), regional_inputs))
+    for mode, stock_m, model_m, mode_inputs in modes:
         if case.train:
-            steppers = {"stock": training_step(stock_m, inputs), "model": training_step(model_m, inputs)}
+            steppers = {"stock": training_step(stock_m, mode_inputs), "model": training_step(model_m, mode_inputs)}
             record[f"train_{mode}"] = _timed_turns(steppers, rounds, steps, progress, device)
         if case.forward:
-            ids = inputs["input_ids"]
+            ids = mode_inputs["input_ids"]
             steppers = {"stock": inference_forward(stock_m, ids), "model": inference_forward(model_m, ids)}
             record[f"forward_{mode}"] = _timed_turns(steppers, rounds, steps, progress, device)
-    if prompt is not None:
-        models = {"stock": stock.eval(), "model": model.eval()}
-        for mode in ("eager", "compiled")[: 1 + compiled]:
-            try:
-                for m in models.values():
-                    generation_seconds(m, prompt, new_tokens, mode == "compiled")  # warm-up (and compilation)
-            except Exception as error:  # a model whose cache has no static form (latent): say why, measure the rest
-                record[f"decode_{mode}"] = {"not_measured": f"{type(error).__name__}: {error}"[:300]}
-                if progress is not None:
-                    progress.update(1 + 2 * rounds)
-                continue
-            turns = {"stock": [], "model": []}
-            for who in ["stock", *(["model", "stock"] * rounds)]:
-                turns[who].append(generation_seconds(models[who], prompt, new_tokens, mode == "compiled") / new_tokens)
-                if progress is not None:
-                    progress.update(1)
-            stats = _stats(turns["model"], turns["stock"])
-            record[f"decode_{mode}"] = {**stats, "prompt": prompt_length, "new": new_tokens}
+    if compile is not None:
+        record["compile"] = compile
+    return record
+
+
+def measure_decoding(stock, model, prompt, new_tokens: int, rounds: int, compile: str | None, progress=None) -> dict:
+    """`decode_eager` (and with `compile`, `decode_compiled`: the decoding step compiled by `generate` with a static
+    cache, whichever way the training steps are compiled): the time per generated token of the model over stock's, in
+    turns, and the seconds of the first generation (compilation included)."""
+    record = {}
+    models = {"stock": stock.eval(), "model": model.eval()}
+    for mode in ("eager", "compiled")[: 1 + (compile is not None)]:
+        compiled = mode == "compiled"
+        try:
+            first = {who: generation_seconds(m, prompt, new_tokens, compiled) for who, m in models.items()}
+        except Exception as error:  # a model whose cache has no static form (latent): say why, measure the rest
+            record[f"decode_{mode}"] = {"not_measured": f"{type(error).__name__}: {error}"[:300]}
+            if progress is not None:
+                progress.update(1 + 2 * rounds)
+            continue
+        turns = {"stock": [], "model": []}
+        for who in ["stock", *(["model", "stock"] * rounds)]:
+            turns[who].append(generation_seconds(models[who], prompt, new_tokens, compiled) / new_tokens)
+            if progress is not None:
+                progress.update(1)
+        stats = _stats(turns["model"], turns["stock"])
+        record[f"decode_{mode}"] = {**stats, "prompt": prompt.shape[1], "new": new_tokens, "first_call_s": first}
     return record
 
 
 def _timed_turns(steppers: dict, rounds: int, steps: int, progress=None, device: str = "cpu") -> dict:
     """`steppers["stock"]` and `steppers["model"]` in turns (stock first and last), `steps` calls a turn after one
-    warm-up call each (and compilation): `_stats` of the turns' median times, and their median peak memory."""
-    for step in steppers.values():
+    warm-up call each (and compilation): `_stats` of the turns' median times, their median peak memory and the
+    seconds of each warm-up call (`first_call_s`: with compilation, the time to compile)."""
+    first = {}
+    for who, step in steppers.items():
+        start = time.perf_counter()
         step()
+        synchronize(device)
+        first[who] = time.perf_counter() - start
     turns = {"stock": [], "model": []}
     memory = {"stock": [], "model": []}
     for who in ["stock", *(["model", "stock"] * rounds)]:
@@ -650,13 +678,14 @@ def _timed_turns(steppers: dict, rounds: int, steps: int, progress=None, device:
     return {
         **_stats(turns["model"], turns["stock"]),
         "peak_rss_mb": {who: statistics.median(v) for who, v in memory.items()},
+        "first_call_s": first,
     }
 
 
-def turns_per_case(name: str, quick: bool, rounds: int, compiled: bool) -> int:
+def turns_per_case(name: str, quick: bool, rounds: int, compile: str | None) -> int:
     case = CASES[name]
     generation = (QUICK_INPUTS if quick else FULL_INPUTS)[case.family][1]
-    return (1 + 2 * rounds) * (case.train + case.forward + (generation is not None)) * (1 + compiled)
+    return (1 + 2 * rounds) * (case.train + case.forward + (generation is not None)) * (1 + (compile is not None))
 
 
 def machine(device: str = "cpu") -> dict:
@@ -789,11 +818,12 @@ class _TurnReporter:
 
 def _worker_main(argv: list[str]) -> int:
     quiet_transformers()
-    name, quick, rounds, steps, compiled = argv[0], argv[1] == "1", int(argv[2]), int(argv[3]), argv[4] == "1"
+    name, quick, rounds, steps = argv[0], argv[1] == "1", int(argv[2]), int(argv[3])
+    compile = argv[4] if argv[4] != "-" else None
     layers = int(argv[5]) if argv[5] != "-" else None
     device, memory_only = argv[6], argv[7] == "memory"
     reporter = None if memory_only else _TurnReporter()
-    print(json.dumps(measure_case(name, quick, rounds, steps, compiled, reporter, layers, memory_only, device)))
+    print(json.dumps(measure_case(name, quick, rounds, steps, compile, reporter, layers, memory_only, device)))
     return 0
 
 
@@ -803,14 +833,15 @@ def run_bench(
     quick: bool = False,
     rounds: int | None = None,
     steps: int | None = None,
-    compiled: bool = False,
+    compile: str | None = None,
     threads: int = 2,
     in_process: bool = False,
     command: str | None = None,
     layers: int | None = None,
     device: str = "cpu",
 ) -> dict:
-    """Measure `cases` (default: all) on `device`, write `out/bench.json` and `out/bench.md`, return the record."""
+    """Measure `cases` (default: all) on `device`, eager and, with `compile` (`COMPILE_MODES`), compiled; write
+    `out/bench.json` and `out/bench.md`, return the record."""
     from tqdm.auto import tqdm
 
     cases = list(cases or CASES)
@@ -822,12 +853,14 @@ def run_bench(
     if rounds < 1 or steps < 1:
         raise ValueError(f"--rounds and --steps must be >= 1, got rounds={rounds}, steps={steps}")
     check_device(device)
+    if compile is not None and compile not in COMPILE_MODES:
+        raise ValueError(f"--compile must be one of {', '.join(COMPILE_MODES)}, got {compile!r}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     records = []
     if in_process:
         quiet_transformers()
-    total = sum(turns_per_case(n, quick, rounds, compiled) for n in cases)
+    total = sum(turns_per_case(n, quick, rounds, compile) for n in cases)
     with tqdm(total=total, desc="interlayer bench", unit="turn") as progress:
         for name in cases:
             progress.set_postfix_str(name)
@@ -837,11 +870,11 @@ def run_bench(
                 previous = torch.get_num_threads()
                 torch.set_num_threads(threads)
                 try:
-                    records.append(measure_case(name, quick, rounds, steps, compiled, progress, layers, device=device))
+                    records.append(measure_case(name, quick, rounds, steps, compile, progress, layers, device=device))
                 finally:
                     torch.set_num_threads(previous)
                 continue
-            args = [name, "1" if quick else "0", str(rounds), str(steps), "1" if compiled else "0", str(layers or "-")]
+            args = [name, "1" if quick else "0", str(rounds), str(steps), compile or "-", str(layers or "-")]
             worker = ["-m", "interlayer.bench", *args, device]
             record = run_python([*worker, "time"], threads, progress=progress)
             if CASES[name].train and device == "cpu":  # a GPU's allocator measures its peak in the timed run

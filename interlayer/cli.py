@@ -165,7 +165,7 @@ def cmd_bench(args) -> int:
         quick=args.quick,
         rounds=args.rounds,
         steps=args.steps,
-        compiled=args.compile,
+        compile=args.compile,
         threads=args.threads,
         in_process=args.in_process,
         layers=args.layers,
@@ -395,7 +395,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--rounds", type=int, help="turns of each model between stock turns (default 3; quick 1)")
     bench.add_argument("--steps", type=int, help="timed training steps per turn (default 2; quick 1)")
-    bench.add_argument("--compile", action="store_true", help="also compiled training steps (torch.compile)")
+    bench.add_argument(
+        "--compile",
+        nargs="?",
+        const="model",
+        choices=("model", "regional"),
+        help="also compiled turns, stock and model compiled alike: `model` (the default value) compiles the whole "
+        "model with torch.compile, `regional` each repeated block (decoder layer) on its own, one compilation for "
+        "all; decoding is compiled by generate (static cache) either way",
+    )
     bench.add_argument("--threads", type=int, default=2, help="torch threads of every turn (default: %(default)s)")
     bench.add_argument("--layers", type=int, help="decoder layers of the Llama cases (default: 30, SmolLM2-135M)")
     bench.add_argument("--in-process", action="store_true", help="no subprocess per case (memory figures shared)")

@@ -240,9 +240,9 @@ register_mechanism(
     bench_cases={
         "hc-static": BenchCase("llama", options=dict(hc_mode="static", freeze_base=False)),
         "hc-dynamic": BenchCase("llama", options=dict(hc_mode="dynamic", freeze_base=False)),
-        "mhc": BenchCase("llama", options=dict(hc_mode="mhc", freeze_base=False)),
+        "mhc": BenchCase("llama", options=dict(hc_mode="mhc", freeze_base=False)),  # fused coefficients (default)
+        "mhc-unfused": BenchCase("llama", options=dict(hc_mode="mhc", hc_fused=False, freeze_base=False)),
         "mhc-static": BenchCase("llama", options=dict(hc_mode="mhc", mhc_dynamic=False, freeze_base=False)),
-        "mhc-fused": BenchCase("llama", options=dict(hc_mode="mhc", hc_fused=True, freeze_base=False)),
     },
 )
 register_mechanism(

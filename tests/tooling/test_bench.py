@@ -6,7 +6,7 @@ import statistics
 
 import pytest
 
-from interlayer.bench import CASES, write_record
+from interlayer.bench import CASES, TINY, write_record
 from interlayer.cli import main
 
 FAMILY_CASES = ["hc-static", "bridge-H9", "sentinel", "attention-bridge"]  # one case per stock family
@@ -148,6 +148,37 @@ def test_compiled_steps_and_decoding_against_compiled_stock(tmp_path):
     assert cells["hc-static"][4].startswith(f"{hc['train_compiled']['median']:.2f}x")
     assert cells["hc-static"][8].startswith(f"{hc['decode_compiled']['median']:.2f}x")
     assert cells["latent"][8] == "-"
+
+
+def test_regional_compilation_compiles_each_repeated_block_once_for_all(tmp_path):
+    """`--compile regional` compiles every decoder layer of stock and model on its own (accelerate's
+    `compile_regions`): the record has the compiled training step, its first call's seconds (the compilation) and
+    the compiled decoding, and the number of graphs compiled does not grow with the number of layers."""
+    import torch
+    from accelerate.utils import compile_regions
+    from torch._dynamo.utils import counters
+
+    from interlayer.bench import build_stock, case_inputs, training_step
+    from interlayer.zoo import convert
+
+    out = tmp_path / "bench"
+    assert main(["bench", "--quick", "--in-process", "--compile", "regional", "--cases", "mhc", "--out", str(out)]) == 0
+    (mhc,) = json.loads((out / "bench.json").read_text())["cases"]
+    assert mhc["compile"] == "regional"
+    check_phases(mhc, ["train_compiled", "decode_compiled"], rounds=1)
+    assert all(mhc["train_compiled"]["first_call_s"][who] > 0 for who in ("stock", "model"))
+
+    graphs = {}
+    for layers in (2, 4):
+        folder = str(tmp_path / f"stock{layers}")
+        build_stock("llama", {**TINY["llama"], "num_hidden_layers": layers}, folder)
+        model, _ = convert(folder, mechanism="hyper-connections", freeze_base=False)
+        torch._dynamo.reset()
+        counters.clear()
+        inputs = {**case_inputs("llama", 128, 2, 12), "use_cache": False}
+        training_step(compile_regions(model), inputs)()
+        graphs[layers] = counters["stats"]["unique_graphs"]
+    assert graphs[2] == graphs[4] > 0
 
 
 def test_bench_runs_a_case_in_its_own_process(tmp_path):
