@@ -439,9 +439,8 @@ class PreviousPositionPasses:
 
 class RecurrentPasses:
     """`latent_source="recurrent"` (the seed's inference): a forward of several tokens runs as `"previous_position"`
-    (the stock pass uncached); once the cache holds a prompt, one pass per token, whose latents come from the previous
-    token's latent-applied pass. The cache keeps the latent pass only (the layers the two passes of a prompt share
-    included)."""
+    (of the stock pass, only the layers both passes share are cached); once the cache holds a prompt, one pass per
+    token, whose latents come from the previous token's latent-applied pass. The cache keeps the latent pass only."""
 
     source = "recurrent"
     cache_keeps_stock_pass = False
@@ -456,7 +455,7 @@ class RecurrentPasses:
                 )
             out, cache.latents = run.latent_pass(x, run.previous(cache.latents), cache, extract_last=True)
             return out
-        latents, shared = run.stock_pass(x, cache, None)  # the stock pass alone is not cached
+        latents, shared = run.stock_pass(x, cache, None)  # above the shared layers the stock pass is not cached
         start = run.model.shared_depth
         if cache is None:
             return run.latent_pass(shared, run.shifted(latents), None, start)
