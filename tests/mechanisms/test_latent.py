@@ -541,3 +541,22 @@ def test_layers_below_the_first_target_run_once_and_are_cached_once(stock_llama_
     assert rows == {0: [2], 1: [2], 2: two_passes, 3: two_passes, 4: two_passes, 5: [2]}
     cached = [layer.keys.shape[0] for layer in cache.layers]
     assert cached == [2, 2, *([2] * 3 if source == "recurrent" else [4] * 3), 2]
+
+
+@pytest.mark.parametrize("source", LATENT_SOURCES)
+def test_shared_layers_cache_rows_are_selected_repeated_and_reordered(stock_llama_six_layers, source):
+    """`batch_repeat_interleave`, `batch_select_indices` and `reorder_cache` (what generation strategies call) keep a
+    sequence's rows together in every layer, whether it holds both passes' rows or the shared ones: the next token's
+    logits are those of a cache filled with the selected sequences' prompts."""
+    model = active(stock_llama_six_layers[0], latent_source=source, **SHARED_PAIRS["first_target_2"])
+    prompts = lm_batch(lengths=(6, 6))["input_ids"]
+    following = torch.tensor([[7], [9], [11]])
+    with torch.no_grad():
+        cache = model(prompts, use_cache=True).past_key_values
+        cache.batch_repeat_interleave(2)  # rows a, a, b, b
+        cache.batch_select_indices(torch.tensor([3, 0, 1]))  # b, a, a
+        cache.reorder_cache(torch.tensor([1, 0, 2]))  # a, b, a
+        stepped = model(following, past_key_values=cache, use_cache=True).logits[:, -1]
+        alone = model(prompts[[0, 1, 0]], use_cache=True).past_key_values
+        expected = model(following, past_key_values=alone, use_cache=True).logits[:, -1]
+    torch.testing.assert_close(stepped, expected)
