@@ -251,7 +251,16 @@ register_mechanism(
     parameter_prefix="latent_",
     statistics_prefix="latent/",
     pictures=(Picture("latent gates", "latent.png", draw.latent),),
-    bench_cases={"latent": BenchCase("llama", options=dict(latent_source="previous_position", freeze_base=False))},
+    bench_cases={
+        "latent": BenchCase("llama", options=dict(latent_source="previous_position", freeze_base=False)),
+        # targets from half depth at `--layers 8` (the second half of the default pairs there: L5..L6 -> L4..L5), so
+        # the layers below the first target run once for both passes; valid at any depth of at least 7 layers
+        "latent-deep": BenchCase(
+            "llama",
+            options=dict(latent_source_layers=[5, 6], latent_target_layers=[4, 5], freeze_base=False),
+            quick_options=dict(latent_source_layers=[1], latent_target_layers=[1], freeze_base=False),
+        ),
+    },
 )
 register_mechanism(
     name="attention-bridge",

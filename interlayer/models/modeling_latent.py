@@ -23,9 +23,15 @@ padding, as `DataCollatorWithFlattening` makes) has no previous token: it receiv
 `latent_source` once, when it is built, and keeps the matching strategy (`SamePositionPasses`,
 `PreviousPositionPasses`, `RecurrentPasses`), which says how every forward runs its passes and what the cache keeps.
 
-Generation keeps both passes' keys and values in one `LatentCache`: layers up to the deepest source hold the stock
-pass's rows first and the latent pass's after them, so in `"previous_position"` mode a new token runs through both
-passes as one batch of 2B rows (the latent pass only needs the previous token's latents, already known).
+The layers below the first (shallowest) target layer see the same input in both passes (no latent is injected yet),
+so they run once for both: the latent pass starts from the stock pass's hidden states at the first target layer
+(`model.shared_depth`, the first target or the deepest source layer + 1 if that is lower).
+
+Generation keeps both passes' keys and values in one `LatentCache`: the layers from the first target up to the deepest
+source (`model.two_pass_layers`) hold the stock pass's rows first and the latent pass's after them, the layers below
+them the rows both passes share, once; so in `"previous_position"` mode a new token runs through the shared layers as
+B rows, then through both passes as one batch of 2B rows (the latent pass only needs the previous token's latents,
+already known).
 
 With `identity_init=True` the up projections start at zero, so the converted model computes the stock function.
 """
@@ -86,18 +92,19 @@ from .families import GEMMA2, GEMMA3_TEXT, GPT2, LLAMA, MISTRAL, OLMO2, PHI3, QW
 class LatentCache(DynamicCache):
     """The KV cache of a latent back-projection model, plus the latents the next token receives.
 
-    Layers below `stock_layers` hold `2B` rows: the stock pass's `B` rows, then the latent pass's. A forward that runs
-    both passes as one batch of `2B` rows updates them as any cache does; a forward that runs the stock pass and then
-    the latent pass gives each its own view of the cache (`two_pass_views`), so the rows of a layer grow together.
+    Layers in `two_pass_layers` hold `2B` rows: the stock pass's `B` rows, then the latent pass's; the others `B` rows
+    (below them: the rows both passes share, computed once; above them: the latent pass's). A forward that runs both
+    passes as one batch of `2B` rows updates them as any cache does; a forward that runs the stock pass and then the
+    latent pass gives each its own view of the cache (`two_pass_views`), so the rows of a layer grow together.
     """
 
-    def __init__(self, *args, stock_layers: int = 0, **kwargs):
+    def __init__(self, *args, two_pass_layers: range = range(0), **kwargs):
         super().__init__(*args, **kwargs)
-        self.stock_layers = stock_layers
+        self.two_pass_layers = two_pass_layers
         self.latents: torch.Tensor | None = None  # [B, 1, pairs, latent_dim]
 
     def two_pass_views(self) -> tuple["StockPassView", "LatentPassView"]:
-        """The caches a stock pass and then a latent pass of the same tokens write through: below `stock_layers` the
+        """The caches a stock pass and then a latent pass of the same tokens write through: in `two_pass_layers` the
         first holds the stock pass's keys and values back, and the second appends them with the latent pass's."""
         held: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         return StockPassView(self, held), LatentPassView(self, held)
@@ -108,7 +115,7 @@ class LatentCache(DynamicCache):
             if not layer.is_initialized:
                 continue
             layer_index = index.to(layer.keys.device)
-            if layer_idx < self.stock_layers:
+            if layer_idx in self.two_pass_layers:
                 half = layer.keys.shape[0] // 2
                 layer_index = torch.cat((layer_index, layer_index + half))
             layer.keys = layer.keys.index_select(0, layer_index)
@@ -127,8 +134,10 @@ class LatentCache(DynamicCache):
         self._select_rows(torch.arange(rows).repeat_interleave(repeats))
 
     def _rows(self) -> int:
-        layer = self.layers[-1]
-        return layer.keys.shape[0] if layer.is_initialized else 0
+        layer_idx = len(self.layers) - 1
+        layer = self.layers[layer_idx]
+        rows = layer.keys.shape[0] if layer.is_initialized else 0
+        return rows // 2 if layer_idx in self.two_pass_layers else rows
 
     def crop(self, tokens_to_remove: int) -> None:
         if tokens_to_remove != 0:
@@ -139,15 +148,15 @@ class LatentCache(DynamicCache):
 
 
 class StockPassView:
-    """A `LatentCache` as the stock pass of a two-pass forward sees it: below `stock_layers` the pass's new keys and
+    """A `LatentCache` as the stock pass of a two-pass forward sees it: in `two_pass_layers` the pass's new keys and
     values are held back (in `held`, for the latent pass to append) and attention reads the cached stock rows before
-    them."""
+    them; below them (the layers both passes share, which the stock pass runs for both) they are cached at once."""
 
     def __init__(self, cache: LatentCache, held: dict):
         self.cache, self.held = cache, held
 
     def update(self, key_states, value_states, layer_idx: int, *args, **kwargs):
-        if layer_idx >= self.cache.stock_layers:
+        if layer_idx not in self.cache.two_pass_layers:
             return self.cache.update(key_states, value_states, layer_idx, *args, **kwargs)
         self.held[layer_idx] = (key_states, value_states)
         if self.cache.get_seq_length(layer_idx) == 0:
@@ -257,9 +266,10 @@ class LatentPreTrainedMixin(FreezeBaseMixin):
     # serve wrong tokens with
     _supports_attention_backend = False
     serving_exclusion = (
-        "the layers up to the deepest source layer attend twice a forward (the stock pass, then the latent pass) "
-        "under one layer index, and a token's latents reach the next token outside attention: a serving engine "
-        "keeps one paged key/value cache per layer index and no other state between steps (docs/serving.md)"
+        "the layers from the first target up to the deepest source layer attend twice a forward (the stock pass, then "
+        "the latent pass) under one layer index, and a token's latents reach the next token outside attention: a "
+        "serving engine keeps one paged key/value cache per layer index and no other state between steps "
+        "(docs/serving.md)"
     )
 
     @torch.no_grad()
@@ -305,13 +315,16 @@ class LatentModelMixin(LatentPreTrainedMixin, DecoderStackMixin):
         self.source_pair = {s: p for p, (s, _) in enumerate(pairs)}
         self.target_pair = {t: p for p, (_, t) in enumerate(pairs)}
         self.stock_depth = max(self.source_pair) + 1
+        # below the first target both passes see the same input: those layers run once, for both
+        self.shared_depth = min(min(self.target_pair), self.stock_depth)
+        self.two_pass_layers = range(self.shared_depth, self.stock_depth)  # where the passes differ
         self.passes = LATENT_PASSES[config.latent_source]()  # how a forward runs its passes, chosen once
 
     def new_cache(self) -> LatentCache:
-        """An empty cache for this model: below the deepest source layer it keeps the stock pass too, unless the
-        passes keep the latent pass only (`"recurrent"`)."""
-        stock_layers = self.stock_depth if self.passes.cache_keeps_stock_pass else 0
-        return LatentCache(config=self.config, stock_layers=stock_layers)
+        """An empty cache for this model: from the first target up to the deepest source layer it keeps the stock pass
+        too, unless the passes keep the latent pass only (`"recurrent"`)."""
+        two_pass_layers = self.two_pass_layers if self.passes.cache_keeps_stock_pass else range(0)
+        return LatentCache(config=self.config, two_pass_layers=two_pass_layers)
 
     def check_cache(self, cache: Cache) -> None:
         if not isinstance(cache, LatentCache):
@@ -395,8 +408,8 @@ class SamePositionPasses:
 
     def forward(self, run: "_Run", x: torch.Tensor) -> torch.Tensor:
         stock_cache, latent_cache = run.two_pass_caches()
-        latents = run.stock_pass(x, stock_cache)
-        out = run.latent_pass(x, latents, latent_cache)
+        latents, shared = run.stock_pass(x, run.cache, stock_cache)
+        out = run.latent_pass(shared, latents, latent_cache, start=run.model.shared_depth)
         run.keep_latents(latents)
         return out
 
@@ -418,16 +431,16 @@ class PreviousPositionPasses:
     def one_after_the_other(run: "_Run", x: torch.Tensor) -> torch.Tensor:
         """The stock pass, then the latent pass (what a decoded token's batched step computes, in two loops)."""
         stock_cache, latent_cache = run.two_pass_caches()
-        latents = run.stock_pass(x, stock_cache)
-        out = run.latent_pass(x, run.shifted(latents), latent_cache)
+        latents, shared = run.stock_pass(x, run.cache, stock_cache)
+        out = run.latent_pass(shared, run.shifted(latents), latent_cache, start=run.model.shared_depth)
         run.keep_latents(latents)
         return out
 
 
 class RecurrentPasses:
     """`latent_source="recurrent"` (the seed's inference): a forward of several tokens runs as `"previous_position"`
-    (the stock pass uncached); once the cache holds a prompt, one pass per token, whose latents come from the previous
-    token's latent-applied pass. The cache keeps the latent pass only."""
+    (of the stock pass, only the layers both passes share are cached); once the cache holds a prompt, one pass per
+    token, whose latents come from the previous token's latent-applied pass. The cache keeps the latent pass only."""
 
     source = "recurrent"
     cache_keeps_stock_pass = False
@@ -442,10 +455,13 @@ class RecurrentPasses:
                 )
             out, cache.latents = run.latent_pass(x, run.previous(cache.latents), cache, extract_last=True)
             return out
-        latents = run.stock_pass(x, None)
+        latents, shared = run.stock_pass(x, cache, None)  # above the shared layers the stock pass is not cached
+        start = run.model.shared_depth
         if cache is None:
-            return run.latent_pass(x, run.shifted(latents), None)
-        out, cache.latents = run.latent_pass(x, run.shifted(latents), cache, extract_last=True)
+            return run.latent_pass(shared, run.shifted(latents), None, start)
+        out, cache.latents = run.latent_pass(
+            shared, run.shifted(latents), cache, start, extract_last=True, shared_last=latents[:, -1:]
+        )
         return out
 
 
@@ -518,65 +534,89 @@ class _Run:
         if self.hidden is not None:
             self.hidden.append(x)
 
-    def stock_pass(self, x: torch.Tensor, cache) -> torch.Tensor:
-        """Pass 1 up to the deepest source layer; the latents of every token, `[batch, seq, pairs, latent_dim]`.
-        With a frozen base no graph is built through the layers (only the down projections get gradients)."""
+    def _tap(self, found: list, i: int, x: torch.Tensor) -> None:
+        """If layer `i` is a source, its pair's latents `down(x)` into `found`."""
+        p = self.model.source_pair.get(i)
+        if p is not None:
+            found[p] = self.layers[i].latent_down(x)
+
+    def stock_pass(self, x: torch.Tensor, cache, stock_cache) -> tuple[torch.Tensor, torch.Tensor]:
+        """Pass 1 up to the deepest source layer, from the embeddings `x`. Returns the latents of every token
+        (`[batch, seq, pairs, latent_dim]`) and the hidden states after the layers below `model.shared_depth` (the
+        first target), where the latent pass starts: those layers see the same input in both passes, so they run once,
+        for both, as the latent pass runs them (with its graph; recorded as its hidden states; through `cache`). Above
+        them the stock pass runs alone, through `stock_cache`, and with a frozen base builds no graph: only the down
+        projections get gradients from it (they read the shared layers' outputs detached, too)."""
         model = self.model
         found = [None] * len(model.source_pair)
-        layer_grad = torch.is_grad_enabled() and model.base_is_trainable
-        for i in range(model.stock_depth):
-            with torch.set_grad_enabled(layer_grad):
-                x = self._layer(i, x, cache)
-            if i in model.source_pair:
-                found[model.source_pair[i]] = self.layers[i].latent_down(x)
-        return self._masked(torch.stack(found, dim=2))
+        stock_grad = torch.is_grad_enabled() and model.base_is_trainable
+        if model.shared_depth:
+            self._record(x)
+        for i in range(model.shared_depth):
+            x = self._layer(i, x, cache)
+            self._record(x)
+            self._tap(found, i, x if stock_grad else x.detach())
+        shared = x
+        for i in range(model.shared_depth, model.stock_depth):
+            with torch.set_grad_enabled(stock_grad):
+                x = self._layer(i, x, stock_cache)
+            self._tap(found, i, x)
+        return self._masked(torch.stack(found, dim=2)), shared
 
-    def latent_pass(self, x: torch.Tensor, latents: torch.Tensor, cache, extract_last: bool = False):
-        """Pass 2 through every layer with `latents[:, :, p]` injected at pair p's target layer. With `extract_last`
-        also returns the latents this pass gives its last token (`"recurrent"`)."""
+    def latent_pass(
+        self, x: torch.Tensor, latents: torch.Tensor, cache, start: int = 0, extract_last=False, shared_last=None
+    ):
+        """Pass 2 from layer `start` (`x`: the hidden states there; the stock pass's, which the layers below `start`
+        share) through every layer, with `latents[:, :, p]` injected at pair p's target layer. With `extract_last`
+        also returns the latents this pass gives its last token (`"recurrent"`); `shared_last` gives those of the
+        source layers below `start` (the stock pass's latents of the last token, `[batch, 1, pairs, latent_dim]`)."""
         model = self.model
-        found = [None] * len(model.source_pair) if extract_last else None
-        self._record(x)
-        for i in range(len(self.layers)):
+        found = None
+        if extract_last:
+            found = list(shared_last.unbind(2)) if shared_last is not None else [None] * len(model.source_pair)
+        if start == 0:
+            self._record(x)
+        for i in range(start, len(self.layers)):
             p = model.target_pair.get(i)
             x = self._layer(i, x, cache, latent=latents[:, :, p] if p is not None else None)
             self._record(x)
-            if extract_last and i in model.source_pair:
-                found[model.source_pair[i]] = self.layers[i].latent_down(x[:, -1:])
+            if extract_last:
+                self._tap(found, i, x[:, -1:])
         if extract_last:
             return x, self._masked(torch.stack(found, dim=2), last=True)
         return x
 
     def batched_step(self, inputs_embeds: torch.Tensor) -> torch.Tensor:
-        """`"previous_position"` decoding of one token: the stock and the latent pass as one batch of 2B rows up to
-        the deepest source layer, then the latent rows alone."""
+        """`"previous_position"` decoding of one token: the layers below the first target once, for both passes (B
+        rows); then the stock and the latent pass as one batch of 2B rows (stock rows first) up to the deepest source
+        layer (`model.two_pass_layers`); then the latent rows alone."""
         model, cache = self.model, self.cache
-        rows = inputs_embeds.shape[0]
-        masks, position_embeddings = _rows_twice(self.masks), _rows_twice(self.position_embeddings)
+        rows, two_pass = inputs_embeds.shape[0], model.two_pass_layers
+        stacked_masks, stacked_position_embeddings = _rows_twice(self.masks), _rows_twice(self.position_embeddings)
         found = [None] * len(model.source_pair)
         previous = self.previous(cache.latents)
-        x = torch.cat((inputs_embeds, inputs_embeds))
-        self._record(inputs_embeds)
+        x = inputs_embeds
+        self._record(x)
         for i in range(len(self.layers)):
-            if i == model.stock_depth:
-                x, masks, position_embeddings = x[rows:], self.masks, self.position_embeddings
-            stacked = i < model.stock_depth
+            stacked = i in two_pass
+            if stacked and i == two_pass.start:
+                x = torch.cat((x, x))
+            if two_pass and i == two_pass.stop:
+                x = x[rows:]
             p = model.target_pair.get(i)
-            latent = previous[:, :, p] if p is not None else None
             x = self._layer(
                 i,
                 x,
                 cache,
-                latent=latent,
+                latent=previous[:, :, p] if p is not None else None,
                 latent_rows_from=rows if stacked else 0,
-                masks=masks,
-                position_embeddings=position_embeddings,
+                masks=stacked_masks if stacked else None,
+                position_embeddings=stacked_position_embeddings if stacked else None,
             )
             self._record(x[rows:] if stacked else x)
-            if i in model.source_pair:
-                found[model.source_pair[i]] = self.layers[i].latent_down(x[:rows])
+            self._tap(found, i, x[:rows])  # the stock rows (below `two_pass`: the rows both passes share)
         cache.latents = self._masked(torch.stack(found, dim=2), last=True)
-        if model.stock_depth == len(self.layers):  # the last layer is a source: the stock rows are still stacked
+        if two_pass and two_pass.stop == len(self.layers):  # the last layer is a source: the stock rows are stacked
             x = x[rows:]
         return x
 

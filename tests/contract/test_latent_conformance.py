@@ -102,3 +102,30 @@ class TestGPT2RecurrentConformance(ConformanceSuite):
     def make_case(self):
         options = dict(identity_init=False, latent_source="recurrent", latent_dim=8)
         return latent_case(GPT2LatentForCausalLM, build_stock_gpt2_decoder, options, lora_targets=["c_attn"])
+
+
+# first targets above L0: the layers below them run once for both passes, and the cache keeps them once
+class TestQwen2SharedLayersConformance(ConformanceSuite):
+    def make_case(self):
+        options = dict(identity_init=False, latent_source_layers=[2], latent_target_layers=[1])
+        return latent_case(Qwen2LatentForCausalLM, build_stock_qwen2, options)
+
+
+class TestGemma3TextSharedLayersSamePositionConformance(ConformanceSuite):
+    def make_case(self):
+        options = dict(
+            identity_init=False, latent_source="same_position", latent_source_layers=[0, 2], latent_target_layers=[2, 1]
+        )
+        return latent_case(Gemma3TextLatentForCausalLM, build_stock_gemma3, options)
+
+
+class TestGPT2TargetAboveTheSourceRecurrentConformance(ConformanceSuite):
+    def make_case(self):
+        options = dict(
+            identity_init=False,
+            latent_source="recurrent",
+            latent_dim=8,
+            latent_source_layers=[0],
+            latent_target_layers=[2],
+        )
+        return latent_case(GPT2LatentForCausalLM, build_stock_gpt2_decoder, options, lora_targets=["c_attn"])

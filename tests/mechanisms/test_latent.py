@@ -409,3 +409,154 @@ def test_trainable_report_and_card(stock_llama, tmp_path):
     assert "Latent back-projection" in card and "latent_source" in card
     reloaded = LlamaLatentForCausalLM.from_pretrained(tmp_path / "saved")
     assert reloaded.parameter_report() == report
+
+
+# -- the layers below the first target, shared by both passes ---------------------------------------------------------
+
+# on 6 layers, pairs whose first target is L2: L0 and L1 see the same input in both passes and run once for both
+SHARED_PAIRS = {
+    # sources L1 (below the first target: its latents come from the shared layers) and L4; L2..L4 run both passes,
+    # L5 only the latent pass
+    "first_target_2": dict(latent_source_layers=[1, 4], latent_target_layers=[3, 2]),
+    "last_layer_source": dict(latent_source_layers=[3, 5], latent_target_layers=[2, 4]),  # L2..L5 run both passes
+    "target_above_the_sources": dict(latent_source_layers=[1], latent_target_layers=[3]),  # one pass: L0, L1 shared
+}
+
+
+@pytest.fixture(scope="module")
+def stock_llama_six_layers(tmp_path_factory):
+    return save_stock_llama(str(tmp_path_factory.mktemp("stock_llama_six_layers")), 6)
+
+
+@pytest.mark.parametrize("source", LATENT_SOURCES)
+@pytest.mark.parametrize("pairs", SHARED_PAIRS)
+def test_shared_layers_forward_and_generation_match_the_equations(stock_llama_six_layers, pairs, source):
+    """With the first target above L0, a forward, its hidden states, and greedy `generate()` with the cache (each
+    step's logits) give those of the equations, where both passes run every layer; beam search with the cache gives
+    the tokens it gives without one."""
+    model = active(stock_llama_six_layers[0], latent_source=source, **SHARED_PAIRS[pairs])
+    assert model.model.shared_depth == 2
+    input_ids = lm_batch(lengths=(9, 9))["input_ids"]
+    outputs = []
+    hooks = [
+        layer.register_forward_hook(lambda m, i, o: outputs.append((m.layer_idx, o))) for layer in model.model.layers
+    ]
+    with torch.no_grad():
+        out = model(input_ids, output_hidden_states=True)
+    for hook in hooks:
+        hook.remove()
+    torch.testing.assert_close(out.logits, reference_logits(model, input_ids, source))
+    latent_pass = dict(outputs)  # the last output of each layer: the latent pass's
+    for i in range(model.config.num_hidden_layers - 1):
+        torch.testing.assert_close(out.hidden_states[i + 1], latent_pass[i], msg=f"hidden states of L{i}")
+
+    prompt = lm_batch(lengths=(5, 5))["input_ids"]
+    kwargs = dict(max_new_tokens=4, do_sample=False, pad_token_id=0)
+    out = model.generate(prompt, use_cache=True, output_logits=True, return_dict_in_generate=True, **kwargs)
+    with torch.no_grad():
+        reference = reference_logits(
+            model, out.sequences[:, :-1], source, recurrent_from=prompt.shape[1] if source == "recurrent" else None
+        )
+    torch.testing.assert_close(torch.stack(out.logits, dim=1), reference[:, prompt.shape[1] - 1 :])
+    if source != "recurrent":
+        beams = dict(kwargs, num_beams=3, num_return_sequences=2)
+        assert torch.equal(model.generate(prompt, **beams), model.generate(prompt, use_cache=False, **beams))
+
+
+@pytest.mark.parametrize("source", ["previous_position", "same_position"])
+def test_shared_layers_left_padded_and_packed_sequences_match_each_sequence_alone(stock_llama_six_layers, source):
+    model = active(stock_llama_six_layers[0], latent_source=source, **SHARED_PAIRS["first_target_2"])
+    lengths = (12, 8)
+    batch = lm_batch(lengths=lengths)
+    ids, mask = torch.zeros_like(batch["input_ids"]), torch.zeros_like(batch["attention_mask"])
+    for i, n in enumerate(lengths):  # left padding, as generation uses
+        ids[i, 12 - n :] = batch["input_ids"][i, :n]
+        mask[i, 12 - n :] = 1
+    together = incremental_logits(model, ids, mask, prompt=6)
+    sequences = [batch["input_ids"][i, :n].tolist() for i, n in enumerate(lengths)]
+    packed = DataCollatorWithFlattening()([{"input_ids": s} for s in sequences])
+    with torch.no_grad():
+        packed_logits = model(
+            input_ids=packed["input_ids"], position_ids=packed["position_ids"], use_cache=False
+        ).logits
+        for i, n in enumerate(lengths):
+            alone = model(ids[i : i + 1, 12 - n :]).logits
+            torch.testing.assert_close(together[i : i + 1, 12 - n :], alone)
+            start = sum(lengths[:i])
+            torch.testing.assert_close(packed_logits[:, start : start + n], alone)
+
+
+@pytest.mark.parametrize("source", LATENT_SOURCES)
+@pytest.mark.parametrize("freeze_base", [True, False], ids=["frozen_base", "trainable_base"])
+@pytest.mark.parametrize("checkpointing", [None, True, False], ids=["no_checkpointing", "reentrant", "non_reentrant"])
+def test_shared_layers_give_the_gradients_of_both_passes(stock_llama_six_layers, source, freeze_base, checkpointing):
+    """A training step's gradients (every parameter that trains) equal those of the equations, where the layers
+    below the first target run in both passes: with a trainable base they get the sum of both passes' gradients."""
+    model = active(
+        stock_llama_six_layers[0], latent_source=source, freeze_base=freeze_base, **SHARED_PAIRS["first_target_2"]
+    )
+    model.train()
+    input_ids = lm_batch(lengths=(10, 10))["input_ids"]
+
+    def loss(logits):
+        return torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), input_ids[:, 1:].flatten())
+
+    if checkpointing is not None:
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": checkpointing})
+    loss(model(input_ids).logits).backward()
+    grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    loss(reference_logits(model, input_ids, source)).backward()  # the modules called directly: no checkpointing
+    expected = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+    assert grads.keys() == expected.keys() == {n for n, p in model.named_parameters() if p.requires_grad}
+    for name, grad in expected.items():
+        torch.testing.assert_close(grads[name], grad, msg=f"gradient of {name}")
+
+
+@pytest.mark.parametrize("source", LATENT_SOURCES)
+def test_layers_below_the_first_target_run_once_and_are_cached_once(stock_llama_six_layers, source):
+    """The layers below the first target (L0, L1 here) take B rows once per forward, in a training step and in each
+    decoded token, and the cache keeps B rows of them; L2..L4 (up to the deepest source) run both passes (2B rows:
+    one batch of 2B in `"previous_position"` decoding, two of B otherwise; cached twice), L5 the latent pass."""
+    model = active(stock_llama_six_layers[0], latent_source=source, freeze_base=False, **SHARED_PAIRS["first_target_2"])
+    rows = {i: [] for i in range(6)}
+    hooks = [
+        layer.register_forward_pre_hook(lambda m, args, i=i: rows[i].append(args[0].shape[0]))
+        for i, layer in enumerate(model.model.layers)
+    ]
+    batch = lm_batch(lengths=(10, 7))
+    model.train()
+    model(**batch, labels=lm_labels(batch)).loss.backward()
+    assert rows == {0: [2], 1: [2], 2: [2, 2], 3: [2, 2], 4: [2, 2], 5: [2]}
+
+    model.eval()
+    with torch.no_grad():
+        cache = model(batch["input_ids"][:, :6], use_cache=True).past_key_values
+        for layer_rows in rows.values():
+            layer_rows.clear()
+        model(batch["input_ids"][:, 6:7], past_key_values=cache, use_cache=True)
+    for hook in hooks:
+        hook.remove()
+    two_passes = {"previous_position": [4], "same_position": [2, 2], "recurrent": [2]}[source]
+    assert rows == {0: [2], 1: [2], 2: two_passes, 3: two_passes, 4: two_passes, 5: [2]}
+    cached = [layer.keys.shape[0] for layer in cache.layers]
+    assert cached == [2, 2, *([2] * 3 if source == "recurrent" else [4] * 3), 2]
+
+
+@pytest.mark.parametrize("source", LATENT_SOURCES)
+def test_shared_layers_cache_rows_are_selected_repeated_and_reordered(stock_llama_six_layers, source):
+    """`batch_repeat_interleave`, `batch_select_indices` and `reorder_cache` (what generation strategies call) keep a
+    sequence's rows together in every layer, whether it holds both passes' rows or the shared ones: the next token's
+    logits are those of a cache filled with the selected sequences' prompts."""
+    model = active(stock_llama_six_layers[0], latent_source=source, **SHARED_PAIRS["first_target_2"])
+    prompts = lm_batch(lengths=(6, 6))["input_ids"]
+    following = torch.tensor([[7], [9], [11]])
+    with torch.no_grad():
+        cache = model(prompts, use_cache=True).past_key_values
+        cache.batch_repeat_interleave(2)  # rows a, a, b, b
+        cache.batch_select_indices(torch.tensor([3, 0, 1]))  # b, a, a
+        cache.reorder_cache(torch.tensor([1, 0, 2]))  # a, b, a
+        stepped = model(following, past_key_values=cache, use_cache=True).logits[:, -1]
+        alone = model(prompts[[0, 1, 0]], use_cache=True).past_key_values
+        expected = model(following, past_key_values=alone, use_cache=True).logits[:, -1]
+    torch.testing.assert_close(stepped, expected)
