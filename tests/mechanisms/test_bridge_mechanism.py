@@ -245,6 +245,28 @@ def test_fused_hdim_scorer_counts_the_eager_flops(roberta_dir, monkeypatch):
     assert calls == [] and flops[0] == flops[1] > 0
 
 
+def test_fused_hdim_scorer_runs_eagerly_past_the_recompile_limit(roberta_dir, monkeypatch):
+    """Past torch's recompile limit (here 1 compiled kind) the fused scorer runs a new kind of input (here bfloat16
+    after float32) eagerly, with one warning, instead of failing: each step equals the eager scorer's."""
+    from interlayer.models import zoo_common
+
+    torch._dynamo.reset()
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
+    warnings = []
+    monkeypatch.setattr(zoo_common.logger, "warning", warnings.append)
+    calls = counting_fused(monkeypatch, modeling_bridge, "fused_hdim_pair_logits")
+    batch = pair_batch("roberta", lengths=((20, 17), (9, 4)))
+    for dtype in (torch.float32, torch.bfloat16):
+        eager, eager_grads = training_step(hdim_bridge(roberta_dir, hdim_fused=False).to(dtype), batch)
+        fused, fused_grads = training_step(hdim_bridge(roberta_dir).to(dtype), batch)
+        torch.testing.assert_close(fused.logits, eager.logits)
+        for name, grad in eager_grads.items():
+            torch.testing.assert_close(fused_grads[name], grad, msg=name)
+    assert calls and [w for w in warnings if "recompile limit" in w] == [
+        "hdim_pair_logits runs eagerly for new input kinds: torch's recompile limit is hit"
+    ]
+
+
 def injection(folder, scale, placement):
     torch.manual_seed(0)
     model = RobertaBridgeForSequenceClassification.from_pretrained(
