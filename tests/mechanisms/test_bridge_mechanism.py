@@ -251,14 +251,14 @@ def test_fused_hdim_scorer_runs_eagerly_past_the_recompile_limit(roberta_dir, mo
     from interlayer.models import zoo_common
 
     torch._dynamo.reset()
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
     warnings = []
     monkeypatch.setattr(zoo_common.logger, "warning", warnings.append)
     calls = counting_fused(monkeypatch, modeling_bridge, "fused_hdim_pair_logits")
     batch = pair_batch("roberta", lengths=((20, 17), (9, 4)))
     for dtype in (torch.float32, torch.bfloat16):
         eager, eager_grads = training_step(hdim_bridge(roberta_dir, hdim_fused=False).to(dtype), batch)
-        fused, fused_grads = training_step(hdim_bridge(roberta_dir).to(dtype), batch)
+        with torch._dynamo.config.patch(recompile_limit=1):
+            fused, fused_grads = training_step(hdim_bridge(roberta_dir).to(dtype), batch)
         torch.testing.assert_close(fused.logits, eager.logits)
         for name, grad in eager_grads.items():
             torch.testing.assert_close(fused_grads[name], grad, msg=name)
