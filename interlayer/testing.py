@@ -45,6 +45,9 @@ class ConformanceCase:
             matching regex.
         wrong_architecture: `wrong_architecture(folder)` saves a checkpoint of another architecture into folder.
         lora_targets: the stock module names a LoRA adapter wraps in this family (PEFT's `target_modules`).
+        stationary: name endings of mechanism parameters whose gradient is zero by construction (a bias added to
+            every logit of a softmax), which training moves only by float rounding; the training test does not
+            require them to move.
     """
 
     build_stock: Callable[[str], Any]
@@ -61,6 +64,7 @@ class ConformanceCase:
     train_steps: int = 3
     learning_rate: float = 1e-2
     lora_targets: list[str] = field(default_factory=list)
+    stationary: list[str] = field(default_factory=list)
 
 
 def _output(model, batch, name):
@@ -281,7 +285,11 @@ class ConformanceSuite:
         model = self._zoo(folder, **self.case.active_options)
         batch = self.case.make_batch()
         batch["labels"] = self.case.labels(batch)
-        before = {n: p.detach().clone() for n, p in model.named_parameters() if model.is_mechanism_parameter(n)}
+        before = {
+            n: p.detach().clone()
+            for n, p in model.named_parameters()
+            if model.is_mechanism_parameter(n) and not n.endswith(tuple(self.case.stationary))
+        }
         with torch.no_grad():
             loss_before = model(**batch).loss.item()
         examples = [{k: v[i] for k, v in batch.items()} for i in range(len(batch["labels"]))]

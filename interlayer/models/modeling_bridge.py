@@ -85,6 +85,7 @@ from .configuration_bridge import (
 from .families import BERT, DEBERTA_V2, ELECTRA, MODERNBERT, ROBERTA, XLM_ROBERTA, EncoderFamily, TaskHead
 from .zoo_common import (
     CACHE_KWARG,
+    Fused,
     StatsAccumulator,
     ZooModelMixin,
     refuse_output_attentions,
@@ -173,13 +174,45 @@ class BridgeRouter(nn.Module):
         return index, weight
 
 
+def hdim_pair_logits(
+    z_tgt: torch.Tensor,
+    z_src: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    last_weight: torch.Tensor,
+    last_bias: torch.Tensor,
+) -> torch.Tensor:
+    """The 4-term scorer `Linear(4D, hidden) -> ReLU -> Linear(hidden, 1)` on phi_st = [z_s, z_t, z_s * z_t,
+    |z_s - z_t|] for every pair: (N, S, D) targets, (N, T, D) sources -> (N, S, T) logits.
+
+    phi_st is never concatenated in full: the first layer's weight is split into its per-token parts (applied once
+    per token, broadcast over the pairs) and its pairwise part (applied to [z_s * z_t, |z_s - z_t|]); the last layer
+    is a matrix-vector product. This eager function is the specification of `fused_hdim_pair_logits`."""
+    dim = z_tgt.shape[-1]
+    w_tgt, w_src, w_pair = weight.split([dim, dim, 2 * dim], dim=1)
+    per_tgt = F.linear(z_tgt, w_tgt, bias)
+    per_src = F.linear(z_src, w_src)
+    pair = torch.cat([z_tgt.unsqueeze(2) * z_src.unsqueeze(1), (z_tgt.unsqueeze(2) - z_src.unsqueeze(1)).abs()], dim=-1)
+    # in place: the pairwise activations are the largest tensors of the bridge (N x S x T x hidden)
+    hidden = F.linear(pair, w_pair)
+    hidden += per_tgt.unsqueeze(2)
+    hidden += per_src.unsqueeze(1)
+    return hidden.relu_() @ last_weight[0] + last_bias
+
+
+# compiled (inductor): the pair features, the broadcast per-token terms, ReLU and the last layer become a few fused
+# loops around the first layer's matrix products, forward and backward (`hdim_fused`)
+fused_hdim_pair_logits = Fused(hdim_pair_logits)
+
+
 class HDIMMessage(nn.Module):
     """HDIM message (seed section 3) for one target layer, vectorised over examples and routed sources.
 
     Pair features phi_st = [z_s, z_t, z_s * z_t, |z_s - z_t|] are never concatenated in full: the first linear
-    layer of the 4-term scorer is split into its per-token part (computed once per token) and its pairwise part.
-    Target tokens are scored `hdim_chunk_size` at a time and, with `hdim_recompute`, recomputed in backward, so
-    only the B x S x T logits are kept; peak memory is bounded by the chunk and results equal the plain computation.
+    layer of the 4-term scorer is split into its per-token part (computed once per token) and its pairwise part
+    (`hdim_pair_logits`, compiled with `hdim_fused`). Target tokens are scored `hdim_chunk_size` at a time and, with
+    `hdim_recompute`, recomputed in backward, so only the B x S x T logits are kept; peak memory is bounded by the
+    chunk and results equal the plain computation.
     """
 
     def __init__(self, config):
@@ -207,6 +240,7 @@ class HDIMMessage(nn.Module):
         self.value_residual = float(config.hdim_value_residual)
         self.chunk_size = config.hdim_chunk_size
         self.recompute = config.hdim_recompute
+        self.fused = config.hdim_fused
 
     def project(self, hidden: torch.Tensor, source: bool) -> torch.Tensor:
         proj = self.proj_src if (source and self.proj_src is not None) else self.proj_tgt
@@ -215,9 +249,9 @@ class HDIMMessage(nn.Module):
 
     def _score_4term(self, z_tgt: torch.Tensor, z_src: torch.Tensor) -> torch.Tensor:
         first, _, last = self.scorer
-        if type(first) is not nn.Linear:
-            # a wrapped first layer (a PEFT adapter, a quantised linear) is called on the full pair features, so
-            # whatever it adds applies; the split below is only valid for the plain affine map
+        if type(first) is not nn.Linear or type(last) is not nn.Linear:
+            # a wrapped layer (a PEFT adapter, a quantised linear) is called on the full pair features, so whatever
+            # it adds applies; splitting the first layer's weight is only valid for the plain affine maps
             pair = torch.cat(
                 [
                     z_tgt.unsqueeze(2).expand(-1, -1, z_src.shape[1], -1),
@@ -228,17 +262,8 @@ class HDIMMessage(nn.Module):
                 dim=-1,
             )
             return self.scorer(pair).squeeze(-1)
-        w_tgt, w_src, w_prod, w_diff = first.weight.split(z_tgt.shape[-1], dim=1)
-        per_tgt = F.linear(z_tgt, w_tgt, first.bias)
-        per_src = F.linear(z_src, w_src)
-        pair = torch.cat(
-            [z_tgt.unsqueeze(2) * z_src.unsqueeze(1), (z_tgt.unsqueeze(2) - z_src.unsqueeze(1)).abs()], dim=-1
-        )
-        # in place: the pairwise activations are the largest tensors of the bridge (B x S x T x hidden)
-        hidden = F.linear(pair, torch.cat([w_prod, w_diff], dim=1))
-        hidden += per_tgt.unsqueeze(2)
-        hidden += per_src.unsqueeze(1)
-        return last(hidden.relu_()).squeeze(-1)
+        score = fused_hdim_pair_logits if self.fused else hdim_pair_logits
+        return score(z_tgt, z_src, first.weight, first.bias, last.weight, last.bias)
 
     def alignment_logits(self, z_tgt: torch.Tensor, z_src: torch.Tensor) -> torch.Tensor:
         """(N, S, D), (N, T, D) -> (N, S, T) logits a_st."""

@@ -335,7 +335,9 @@ class Fused:
     - under a dispatch mode such as torch's `FlopCounterMode` (torch.compile refuses to run under one) and under
       `torch.jit` tracing;
     - for the rest of the process once compiling it failed (no working C++ compiler for inductor on a CPU, say: one
-      warning names the reason). `TORCH_COMPILE_DISABLE=1`, torch's own switch, runs it eagerly everywhere.
+      warning names the reason). `TORCH_COMPILE_DISABLE=1`, torch's own switch, runs it eagerly everywhere;
+    - for inputs of a new kind once it was compiled for as many kinds (shapes, dtypes, grad modes) as torch's
+      recompile limit allows (one warning).
 
     Both run the same operations, so they agree to float rounding; the tests hold the compiled one to the eager one."""
 
@@ -346,6 +348,7 @@ class Fused:
         self.fn = fn
         self.compiled = None
         self.unavailable: str | None = None  # why compiling failed in this process
+        self.recompile_limit_hit = False  # whether a call ran eagerly past torch's recompile limit
 
     def active(self) -> bool:
         """Whether a call now runs the compiled function."""
@@ -363,6 +366,13 @@ class Fused:
             self.compiled = torch.compile(self.fn, fullgraph=True, backend=self.backend)
         try:
             return self.compiled(*args)
+        except torch._dynamo.exc.FailOnRecompileLimitHit:
+            # compiled for more input kinds (shapes, dtypes, grad modes) than torch's recompile limit: the kinds
+            # compiled so far keep their graphs, a new one runs eagerly
+            if not self.recompile_limit_hit:
+                self.recompile_limit_hit = True
+                logger.warning(f"{self.fn.__name__} runs eagerly for new input kinds: torch's recompile limit is hit")
+            return self.fn(*args)
         except torch._dynamo.exc.BackendCompilerFailed as error:
             reason = getattr(error, "inner_exception", None) or error
             self.unavailable = f"{type(reason).__name__}: {(str(reason).strip().splitlines() or [''])[0]}"

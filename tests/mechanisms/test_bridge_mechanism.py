@@ -1,8 +1,12 @@
-"""Behaviour specific to the cross-layer bridges: router gradient, chunking, gates, masks, presets, statistics."""
+"""Behaviour specific to the cross-layer bridges: router gradient, chunking, the fused HDIM scorer, gates, masks,
+presets, statistics."""
+
+import math
 
 import pytest
 import torch
 from batches import labels_for, pair_batch
+from fused_calls import counting_fused
 from stock_checkpoints import TINY_ENCODER, build_stock_bert, build_stock_roberta, encoder_builder
 from transformers import AutoConfig, AutoModelForSequenceClassification, Trainer, TrainingArguments
 
@@ -15,6 +19,8 @@ from interlayer import (
     bridge_preset,
 )
 from interlayer.callbacks import EarlyStopBelowCallback, MechanismStatsCallback
+from interlayer.models import modeling_bridge
+from interlayer.models.modeling_bridge import HDIMMessage
 
 
 @pytest.fixture
@@ -142,6 +148,123 @@ def test_hdim_chunking_gives_identical_outputs_and_gradients(roberta_dir):
     torch.testing.assert_close(results[1][0], results[0][0])
     for name, grad in results[0][1].items():
         torch.testing.assert_close(results[1][1][name], grad, msg=name)
+
+
+def plain_4term_logits(hdim, z_tgt, z_src):
+    """The readable equation: the scorer on the concatenated pair features phi_st = [z_s, z_t, z_s * z_t,
+    |z_s - z_t|] of every (target s, source t) pair, all at once."""
+    z_s = z_tgt.unsqueeze(2).expand(-1, -1, z_src.shape[1], -1)
+    z_t = z_src.unsqueeze(1).expand(-1, z_tgt.shape[1], -1, -1)
+    return hdim.scorer(torch.cat([z_s, z_t, z_s * z_t, (z_s - z_t).abs()], dim=-1)).squeeze(-1)
+
+
+@pytest.mark.parametrize("recompute", [True, False])
+@pytest.mark.parametrize("fused", [True, False])
+def test_hdim_scorer_equals_the_pair_feature_equation(monkeypatch, fused, recompute):
+    """The 4-term alignment logits, scored in chunks of 4 target tokens (4, 4 and a short 3), and their gradients
+    (both token projections', every scorer parameter's) equal the scorer applied to the full pair features, fused
+    (`hdim_fused`, compiled) or eager, with and without recomputation in backward; the fused path runs the compiled
+    function once per chunk (twice with recomputation)."""
+    calls = counting_fused(monkeypatch, modeling_bridge, "fused_hdim_pair_logits")
+    config = RobertaBridgeConfig(
+        **TINY_ENCODER, bridge_mode="hdim", hdim_chunk_size=4, hdim_recompute=recompute, hdim_fused=fused
+    )
+    torch.manual_seed(0)
+    hdim = HDIMMessage(config).train()
+    z_tgt = torch.randn(3, 11, config.hdim_dim, requires_grad=True)
+    z_src = torch.randn(3, 9, config.hdim_dim, requires_grad=True)
+    inputs = [z_tgt, z_src, *hdim.scorer.parameters()]
+    weight = torch.randn(3, 11, 9)
+    logits = hdim.alignment_logits(z_tgt, z_src)
+    grads = torch.autograd.grad((logits * weight).sum(), inputs)
+    expected = plain_4term_logits(hdim, z_tgt, z_src)
+    expected_grads = torch.autograd.grad((expected * weight).sum(), inputs)
+    torch.testing.assert_close(logits, expected)
+    for index, (grad, expected_grad) in enumerate(zip(grads, expected_grads)):
+        torch.testing.assert_close(grad, expected_grad, msg=lambda m: f"input {index}: {m}")
+    assert calls == (["hdim_pair_logits"] * 3 * (2 if recompute else 1) if fused else [])
+
+
+def hdim_bridge(folder, **options):
+    """An HDIM bridge that acts, scoring 7 target tokens at a time, without dropout, in training mode."""
+    torch.manual_seed(0)
+    return RobertaBridgeForSequenceClassification.from_pretrained(
+        folder,
+        identity_init=False,
+        bridge_mode="hdim",
+        hdim_chunk_size=7,
+        bridge_dropout=0.0,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        **options,
+    ).train()
+
+
+def training_step(model, batch):
+    """Outputs and every gradient of one training step."""
+    out = model(**batch, labels=labels_for(batch))
+    out.loss.backward()
+    return out, {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+
+
+def test_fused_hdim_scorer_is_the_default_and_trains_as_the_eager_one(roberta_dir, monkeypatch):
+    """By default (`hdim_fused=True`) the 4-term scorer runs compiled, once per chunk of target tokens and target
+    layer and again when backward recomputes it; on a padded batch its training step (loss, logits, every gradient)
+    equals the eager scorer's (`hdim_fused=False`)."""
+    calls = counting_fused(monkeypatch, modeling_bridge, "fused_hdim_pair_logits")
+    batch = pair_batch("roberta", lengths=((20, 17), (9, 4)))
+    eager, eager_grads = training_step(hdim_bridge(roberta_dir, hdim_fused=False), batch)
+    assert calls == []
+    model = hdim_bridge(roberta_dir)
+    fused, fused_grads = training_step(model, batch)
+    assert model.config.hdim_fused and model.config.hdim_recompute
+    targets = sum(isinstance(m, HDIMMessage) for m in model.modules())
+    chunks = math.ceil(batch["input_ids"].shape[1] / 7)
+    assert targets > 1 and batch["input_ids"].shape[1] % 7 != 0
+    assert calls == ["hdim_pair_logits"] * 2 * targets * chunks
+    torch.testing.assert_close(fused.loss, eager.loss)
+    torch.testing.assert_close(fused.logits, eager.logits)
+    assert fused_grads.keys() == eager_grads.keys()
+    for name, grad in eager_grads.items():
+        torch.testing.assert_close(fused_grads[name], grad, msg=name)
+
+
+def test_fused_hdim_scorer_counts_the_eager_flops(roberta_dir, monkeypatch):
+    """Under torch's FlopCounterMode (a dispatch mode, which torch.compile refuses) the fused scorer runs eagerly:
+    a training step counts the same FLOPs with `hdim_fused` as without."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    calls = counting_fused(monkeypatch, modeling_bridge, "fused_hdim_pair_logits")
+    batch = pair_batch("roberta", lengths=((20, 17), (9, 4)))
+    flops = []
+    for fused in (False, True):
+        model = hdim_bridge(roberta_dir, hdim_fused=fused)
+        with FlopCounterMode(display=False) as counter:
+            training_step(model, batch)
+        flops.append(counter.get_total_flops())
+    assert calls == [] and flops[0] == flops[1] > 0
+
+
+def test_fused_hdim_scorer_runs_eagerly_past_the_recompile_limit(roberta_dir, monkeypatch):
+    """Past torch's recompile limit (here 1 compiled kind) the fused scorer runs a new kind of input (here bfloat16
+    after float32) eagerly, with one warning, instead of failing: each step equals the eager scorer's."""
+    from interlayer.models import zoo_common
+
+    torch._dynamo.reset()
+    warnings = []
+    monkeypatch.setattr(zoo_common.logger, "warning", warnings.append)
+    calls = counting_fused(monkeypatch, modeling_bridge, "fused_hdim_pair_logits")
+    batch = pair_batch("roberta", lengths=((20, 17), (9, 4)))
+    for dtype in (torch.float32, torch.bfloat16):
+        eager, eager_grads = training_step(hdim_bridge(roberta_dir, hdim_fused=False).to(dtype), batch)
+        with torch._dynamo.config.patch(recompile_limit=1):
+            fused, fused_grads = training_step(hdim_bridge(roberta_dir).to(dtype), batch)
+        torch.testing.assert_close(fused.logits, eager.logits)
+        for name, grad in eager_grads.items():
+            torch.testing.assert_close(fused_grads[name], grad, msg=name)
+    assert calls and [w for w in warnings if "recompile limit" in w] == [
+        "hdim_pair_logits runs eagerly for new input kinds: torch's recompile limit is hit"
+    ]
 
 
 def injection(folder, scale, placement):
