@@ -85,7 +85,7 @@ class HyperConnectionFields(ZooConfigFields):
             exported as a whole (traced with it), under a dispatch mode such as `FlopCounterMode`, and once
             compiling failed in the process (no C++ compiler for inductor: one warning); `TORCH_COMPILE_DISABLE=1`
             turns it off with every other compilation. Ignored in the other modes, where a compiled call costs more
-            than the eager operations.
+            than the eager operations, and at `hc_streams=1` (one stream has nothing to mix).
         hc_implementation (`str`, defaults to `"fast"`): how the hyper-connections compute their equation.
             `"eager"`: `HyperConnection.forward` of modeling_hyper_connections.py, the equation as written (the
             specification), with no statistics recorded (nothing for `mechanism_stats()` or `interlayer inspect` to

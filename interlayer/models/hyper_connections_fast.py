@@ -392,8 +392,9 @@ class FastHyperConnectionMixin:
     def __init__(self, config, layer_idx: int, sublayer: str):
         super().__init__(config, layer_idx, sublayer)
         # compiled where it wins: input-dependent mHC (Sinkhorn's rounds); dynamic HC's few operations cost less
-        # eagerly than a compiled call
-        self.fused = config.hc_fused and self.mode == "mhc" and self.dynamic
+        # eagerly than a compiled call. Not at K = 1: Sinkhorn of a 1 x 1 matrix has no reduction left to bound
+        # inductor's fusion, whose expression then doubles with every round (it did not compile in 5 minutes)
+        self.fused = config.hc_fused and self.mode == "mhc" and self.dynamic and self.streams > 1
         self.stats = DeferredStatsAccumulator()
         self.machinery = ForwardPassMachinery()  # the model's, shared by all its hyper-connections, once it is built
         self._frozen = None  # without grad: (key, value) of what depends on the parameters only

@@ -10,11 +10,13 @@ import weakref
 import pytest
 import torch
 from batches import lm_batch, lm_labels
+from fused_calls import counting_fused
 from stock_checkpoints import build_stock_llama, build_stock_qwen3
 from transformers import Trainer, TrainingArguments
 
 from interlayer import LlamaMHCForCausalLM, Qwen3MHCForCausalLM
 from interlayer.callbacks import MechanismStatsCallback
+from interlayer.models import hyper_connections_fast as hc_module
 from interlayer.models.modeling_hyper_connections import FastHyperConnection, HyperConnection, sinkhorn_knopp
 
 MODES = [
@@ -667,33 +669,12 @@ def test_exported_forward_equals_eager(stock_llama, options):
 # -- the fused (compiled) coefficient path and the cheaper internals ---------------------------------------------------
 
 
-def _counting_fused(monkeypatch, backend=None) -> list:
-    """Replace the fused mHC coefficients by a fresh `Fused` of the same function (compiled anew with `backend` when
-    given) whose compiled calls are counted in the returned list."""
-    from interlayer.models import hyper_connections_fast as hc_module
-    from interlayer.models.zoo_common import Fused
-
-    fused = Fused(hc_module._mhc_coefficients)
-    if backend is not None:
-        fused.backend = backend
-    calls = []
-    compiled = torch.compile(fused.fn, fullgraph=True, backend=fused.backend)
-
-    def counted(*args):
-        calls.append(fused.fn.__name__)
-        return compiled(*args)
-
-    fused.compiled = counted
-    monkeypatch.setattr(hc_module, "_fused_mhc_coefficients", fused)
-    return calls
-
-
 def test_fused_coefficients_are_the_default_and_equal_the_eager_path(stock_llama, monkeypatch):
     """The input-dependent mHC coefficients (projection, sigmoids, Sinkhorn and its backward) are computed by default
     (`hc_fused=True`) through one function compiled with `fullgraph=True` (inductor): the loss, every gradient and
     the statistics of a training step equal those of the eager path (`hc_fused=False`), and the compiled function is
     what ran, once per sublayer."""
-    calls = _counting_fused(monkeypatch)
+    calls = counting_fused(monkeypatch, hc_module, "_fused_mhc_coefficients")
     batch = lm_batch(lengths=(12, 9))
     batch["labels"] = lm_labels(batch)
     results = []
@@ -723,7 +704,8 @@ def test_fused_coefficients_fall_back_to_eager_where_compiling_fails(stock_llama
 
     from interlayer.models import zoo_common
 
-    calls = _counting_fused(monkeypatch, backend=no_compiler)
+    torch._dynamo.reset()  # the function's earlier compilations in this process: a new backend must compile it
+    calls = counting_fused(monkeypatch, hc_module, "_fused_mhc_coefficients", backend=no_compiler)
     warnings = []
     monkeypatch.setattr(zoo_common.logger, "warning", warnings.append)
     batch = lm_batch(lengths=(12, 9))

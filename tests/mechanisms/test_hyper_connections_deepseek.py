@@ -8,6 +8,7 @@ fused (compiled) coefficients."""
 import pytest
 import torch
 from batches import lm_batch, lm_labels
+from fused_calls import counting_fused
 from stock_checkpoints import build_stock_llama, build_stock_qwen3
 
 from interlayer import LlamaMHCConfig, LlamaMHCForCausalLM, Qwen3MHCForCausalLM
@@ -238,14 +239,12 @@ def test_a_misspelt_variant_is_refused_with_the_allowed_values():
 
 
 def test_fused_coefficients_compute_the_deepseek_formula(stock, monkeypatch):
-    """`hc_fused=True` compiles the DeepSeek variant's coefficients (inductor, `fullgraph=True`): a training step
-    gives the eager loss and gradients to rounding, and the compiled function is what ran."""
+    """`hc_fused=True` (the default) compiles the DeepSeek variant's coefficients (inductor, `fullgraph=True`): a
+    training step gives the eager loss and gradients to rounding, and the compiled function is what ran."""
     from interlayer.models import hyper_connections_fast as hc_module
 
     folder, _, model_class = stock
-    calls = []
-    compiled = hc_module._compiled
-    monkeypatch.setattr(hc_module, "_compiled", lambda fn: calls.append(fn.__name__) or compiled(fn))
+    calls = counting_fused(monkeypatch, hc_module, "_fused_mhc_coefficients")
     batch = lm_batch(lengths=(12, 9))
     batch["labels"] = lm_labels(batch)
     results = []
