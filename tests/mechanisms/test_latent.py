@@ -230,6 +230,20 @@ LAST_LAYER_SOURCE = {
 }
 
 
+def cached_generation_and_equations(model, source: str):
+    """A greedy cached `generate()` of 4 tokens after a 5-token prompt, checked against the equations recomputed from
+    scratch at every step: `(prompt, generate kwargs, its output, the reference logits)`."""
+    prompt = lm_batch(lengths=(5, 5))["input_ids"]
+    kwargs = dict(max_new_tokens=4, do_sample=False, pad_token_id=0)
+    out = model.generate(prompt, use_cache=True, output_logits=True, return_dict_in_generate=True, **kwargs)
+    with torch.no_grad():
+        reference = reference_logits(
+            model, out.sequences[:, :-1], source, recurrent_from=prompt.shape[1] if source == "recurrent" else None
+        )
+    torch.testing.assert_close(torch.stack(out.logits, dim=1), reference[:, prompt.shape[1] - 1 :])
+    return prompt, kwargs, out, reference
+
+
 @pytest.mark.parametrize("source", LATENT_SOURCES)
 @pytest.mark.parametrize("shape", LAST_LAYER_SOURCE)
 def test_generation_when_a_source_is_the_last_layer(request, shape, source):
@@ -239,14 +253,7 @@ def test_generation_when_a_source_is_the_last_layer(request, shape, source):
     fixture, options = LAST_LAYER_SOURCE[shape]
     model = active(request.getfixturevalue(fixture)[0], latent_source=source, **options)
     assert max(s for s, _ in model.config.latent_pairs) == model.config.num_hidden_layers - 1
-    prompt = lm_batch(lengths=(5, 5))["input_ids"]
-    kwargs = dict(max_new_tokens=4, do_sample=False, pad_token_id=0)
-    out = model.generate(prompt, use_cache=True, output_logits=True, return_dict_in_generate=True, **kwargs)
-    with torch.no_grad():
-        reference = reference_logits(
-            model, out.sequences[:, :-1], source, recurrent_from=prompt.shape[1] if source == "recurrent" else None
-        )
-    torch.testing.assert_close(torch.stack(out.logits, dim=1), reference[:, prompt.shape[1] - 1 :])
+    prompt, kwargs, out, reference = cached_generation_and_equations(model, source)
     assert torch.equal(out.sequences[:, prompt.shape[1] :], reference[:, prompt.shape[1] - 1 :].argmax(-1))
     if source != "recurrent":
         assert torch.equal(out.sequences, model.generate(prompt, use_cache=False, **kwargs))
@@ -450,14 +457,7 @@ def test_shared_layers_forward_and_generation_match_the_equations(stock_llama_si
     for i in range(model.config.num_hidden_layers - 1):
         torch.testing.assert_close(out.hidden_states[i + 1], latent_pass[i], msg=f"hidden states of L{i}")
 
-    prompt = lm_batch(lengths=(5, 5))["input_ids"]
-    kwargs = dict(max_new_tokens=4, do_sample=False, pad_token_id=0)
-    out = model.generate(prompt, use_cache=True, output_logits=True, return_dict_in_generate=True, **kwargs)
-    with torch.no_grad():
-        reference = reference_logits(
-            model, out.sequences[:, :-1], source, recurrent_from=prompt.shape[1] if source == "recurrent" else None
-        )
-    torch.testing.assert_close(torch.stack(out.logits, dim=1), reference[:, prompt.shape[1] - 1 :])
+    prompt, kwargs, out, reference = cached_generation_and_equations(model, source)
     if source != "recurrent":
         beams = dict(kwargs, num_beams=3, num_return_sequences=2)
         assert torch.equal(model.generate(prompt, **beams), model.generate(prompt, use_cache=False, **beams))
