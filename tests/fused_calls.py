@@ -1,18 +1,17 @@
 """Counting the compiled calls of a `zoo_common.Fused` function: which path a model took."""
 
-import torch
-
 from interlayer.models.zoo_common import Fused
 
 
 def counting_fused(monkeypatch, module, name: str, backend=None) -> list:
     """Replace the `Fused` function `module.<name>` by a fresh `Fused` of the same function (compiled anew with
     `backend` when given) whose compiled calls are appended, by the function's name, to the returned list."""
-    fused = Fused(getattr(module, name).fn)
+    original = getattr(module, name)
+    fused = Fused(original.fn, original.dynamic_dims)
     if backend is not None:
         fused.backend = backend
     calls = []
-    compiled = torch.compile(fused.fn, fullgraph=True, backend=fused.backend)
+    compiled = fused.compile()
 
     def counted(*args):
         calls.append(fused.fn.__name__)

@@ -348,9 +348,10 @@ def _mhc_coefficients(
     return _mhc_maps(pre, post, res, iters, variant, recompute_sinkhorn)
 
 
-# `hc_fused`: the coefficients as one compiled graph (compiled once per process; a handful of shapes in a generation:
-# the prompt's and one token's), eager where compiling cannot run (`Fused`)
-_fused_mhc_coefficients = Fused(_mhc_coefficients)
+# `hc_fused`: the coefficients as one compiled graph, eager where compiling cannot run (`Fused`); the tokens (`flat`
+# is `[tokens, K*D]`) are a symbol, so one graph serves every batch and length (a single token has its own). The width
+# stays a constant: a symbolic width made the single-token call about 10 us slower
+_fused_mhc_coefficients = Fused(_mhc_coefficients, dynamic_dims={"flat": (0,)})
 
 
 class ForwardPassMachinery:
@@ -439,10 +440,9 @@ class FastHyperConnectionMixin:
                 fn = _fused_mhc_coefficients if fused else _mhc_coefficients
                 weight, scale = self.dynamic_proj.weight.float(), self.dynamic_scale.float()
                 recompute = torch.is_grad_enabled() and not fused
-                flat = streams.float().flatten(-2)
-                pre, post, res = fn(
-                    flat, weight, pre, post, res, scale, self.streams, self.sinkhorn_iters, recompute, self.variant
-                )
+                flat = streams.float().flatten(-2)  # [..., K*D], computed on as [tokens, K*D]
+                args = (weight, pre, post, res, scale, self.streams, self.sinkhorn_iters, recompute, self.variant)
+                pre, post, res = (c.unflatten(0, flat.shape[:-1]) for c in fn(flat.flatten(0, -2), *args))
             elif self.mode == "mhc":
                 pre, post, res = _mhc_maps(pre, post, res, self.sinkhorn_iters, self.variant)
         dtype = streams.dtype

@@ -202,7 +202,7 @@ def hdim_pair_logits(
 
 # compiled (inductor): the pair features, the broadcast per-token terms, ReLU and the last layer become a few fused
 # loops around the first layer's matrix products, forward and backward (`hdim_fused`)
-fused_hdim_pair_logits = Fused(hdim_pair_logits)
+fused_hdim_pair_logits = Fused(hdim_pair_logits, dynamic_dims={"z_tgt": (0, 1), "z_src": (0, 1)})
 
 
 class HDIMMessage(nn.Module):

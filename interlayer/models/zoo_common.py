@@ -339,13 +339,25 @@ class Fused:
     - for inputs of a new kind once it was compiled for as many kinds (shapes, dtypes, grad modes) as torch's
       recompile limit allows (one warning).
 
+    `dynamic_dims` names the dimensions of tensor arguments that vary from call to call (`{"x": (0, 1)}`: the first
+    two of argument `x`): they are compiled as symbols, every other dimension as the constant it is (`dynamic=False`
+    with `torch._dynamo.maybe_mark_dynamic`), so one graph serves every token count, and a process whose inductor
+    cache holds it (one compiled by another process on the machine) loads it instead of compiling (a size of 1 still
+    gets its own graph: torch specialises it). Without it, torch's default: static first, dynamic on a change.
+
     Both run the same operations, so they agree to float rounding; the tests hold the compiled one to the eager one."""
 
     backend = "inductor"  # what `torch.compile` compiles with
 
-    def __init__(self, fn):
+    def __init__(self, fn, dynamic_dims: dict[str, tuple[int, ...]] | None = None):
         functools.update_wrapper(self, fn)
         self.fn = fn
+        names = list(inspect.signature(fn).parameters)
+        unknown = sorted(set(dynamic_dims or {}) - set(names))
+        if unknown:
+            raise ValueError(f"dynamic_dims names {unknown}, which are not arguments of {fn.__name__}: {names}")
+        self.dynamic_dims = dynamic_dims or {}
+        self._dynamic_args = {names.index(name): dims for name, dims in self.dynamic_dims.items()}
         self.compiled = None
         self.unavailable: str | None = None  # why compiling failed in this process
         self.recompile_limit_hit = False  # whether a call ran eagerly past torch's recompile limit
@@ -359,11 +371,22 @@ class Fused:
             and not torch.jit.is_tracing()
         )
 
+    def compile(self):
+        """`fn` compiled as `__call__` runs it (once, at the first compiled call)."""
+        dynamic = False if self.dynamic_dims else None
+        return torch.compile(self.fn, fullgraph=True, dynamic=dynamic, backend=self.backend)
+
     def __call__(self, *args):
         if not self.active():
             return self.fn(*args)
         if self.compiled is None:
-            self.compiled = torch.compile(self.fn, fullgraph=True, backend=self.backend)
+            self.compiled = self.compile()
+        if self._dynamic_args:
+            args = list(args)
+            for index, dims in self._dynamic_args.items():
+                if isinstance(args[index], nn.Parameter):  # marked on a view: the mark stays off the model
+                    args[index] = args[index].view_as(args[index])
+                torch._dynamo.maybe_mark_dynamic(args[index], dims)
         try:
             return self.compiled(*args)
         except torch._dynamo.exc.FailOnRecompileLimitHit:

@@ -18,6 +18,7 @@ from interlayer import LlamaMHCForCausalLM, Qwen3MHCForCausalLM
 from interlayer.callbacks import MechanismStatsCallback
 from interlayer.models import hyper_connections_fast as hc_module
 from interlayer.models.modeling_hyper_connections import FastHyperConnection, HyperConnection, sinkhorn_knopp
+from interlayer.models.zoo_common import Fused
 
 MODES = [
     dict(hc_mode="static"),
@@ -692,6 +693,32 @@ def test_fused_coefficients_are_the_default_and_equal_the_eager_path(stock_llama
     for name, grad in grads.items():
         torch.testing.assert_close(fused_grads[name], grad, msg=name)
     assert fused_stats.keys() == stats.keys() and all(fused_stats[k] == pytest.approx(stats[k]) for k in stats)
+
+
+def test_fused_coefficients_compile_once_for_every_batch_shape(stock_llama, monkeypatch):
+    """The fused coefficients' graph has the number of tokens as a symbol: training steps and no-grad forwards at
+    three batch shapes compile it twice in all (with and without grad), so a new batch or length does not compile it
+    again, and processes on one machine share it through inductor's cache (before: four times, static then dynamic
+    in each grad mode)."""
+    from torch._dynamo.testing import CompileCounter
+
+    torch._dynamo.reset()  # the function's earlier compilations in this process
+    counter = CompileCounter()
+    calls = counting_fused(monkeypatch, hc_module, "_fused_mhc_coefficients", backend=counter)
+    model = randomised(stock_llama[0], freeze_base=False).train()
+    for lengths in ((12, 9), (7, 7, 5), (4,)):
+        batch = lm_batch(lengths=lengths)
+        batch["labels"] = lm_labels(batch)
+        model(**batch).loss.backward()
+        with torch.no_grad():
+            model(**batch)
+    assert len(calls) == 3 * 2 * 2 * model.config.num_hidden_layers  # every call compiled
+    assert counter.frame_count == 2
+
+
+def test_fused_refuses_dynamic_dims_of_an_unknown_argument():
+    with pytest.raises(ValueError, match=r"dynamic_dims names \['flats'\], which are not arguments of _mhc_coeff"):
+        Fused(hc_module._mhc_coefficients, dynamic_dims={"flats": (0,)})
 
 
 def test_fused_coefficients_fall_back_to_eager_where_compiling_fails(stock_llama, monkeypatch):
