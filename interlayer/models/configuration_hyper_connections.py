@@ -79,8 +79,9 @@ class HyperConnectionFields(ZooConfigFields):
         hc_fused (`bool`, defaults to `True`): in `"mhc"` mode with `mhc_dynamic`, compute the coefficients of
             every sublayer with one function compiled by `torch.compile(fullgraph=True)` (the projection, the
             normalisation, the sigmoids, the Sinkhorn-Knopp rounds and their backward fused into a few kernels):
-            3x fewer microseconds for the coefficients of a decoded token, once a compilation per input shape and
-            grad mode is paid in a process (seconds; a generation has two shapes: the prompt's and one token's).
+            3x fewer microseconds for the coefficients of a decoded token, once a compilation per grad mode is paid
+            in a process (seconds; the number of tokens is a symbol, so a new batch or length compiles nothing, and
+            a single token has a graph of its own).
             Same results to rounding. Computed eagerly where a compiled call cannot run: inside a model compiled or
             exported as a whole (traced with it), under a dispatch mode such as `FlopCounterMode`, and once
             compiling failed in the process (no C++ compiler for inductor: one warning); `TORCH_COMPILE_DISABLE=1`
