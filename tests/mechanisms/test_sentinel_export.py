@@ -195,6 +195,26 @@ def test_pruned_gpt2_exports_as_stock_with_its_pruned_heads_zero(tmp_path, capsy
     assert_stock_folder(tmp_path / "out", "gpt2")
 
 
+def test_pruned_bf16_gpt2_exports_bf16_stock_weights_as_close_as_the_zoo_model(tmp_path):
+    """A pruned GPT-2 in bf16 leaves as bf16 stock weights (the zero heads put back, the gates folded in float32 and
+    rounded once) that load as `GPT2LMHeadModel` in bf16 and compute the pruned float32 function at least as closely
+    as the bf16 zoo model itself does."""
+    model = converted(tmp_path, "gpt2")
+    trained_gates(model)
+    model.prune_heads({0: [1, 3], 1: [0, 1, 2, 3]})
+    batch = lm_batch()
+    with torch.no_grad():
+        reference = model(**batch).logits
+        zoo_error = (model.to(torch.bfloat16)(**batch).logits.float() - reference).abs().max()
+    export_stock(model, str(tmp_path / "stock"))
+    stock = GPT2LMHeadModel.from_pretrained(str(tmp_path / "stock"))
+    assert {p.dtype for p in stock.parameters()} == {torch.bfloat16}
+    assert stock.config.n_head == 4
+    with torch.no_grad():
+        stock_error = (stock(**batch).logits.float() - reference).abs().max()
+    assert stock_error <= 1.5 * zoo_error, (stock_error, zoo_error)
+
+
 def test_unpruned_gpt2_with_trained_gates_exports_as_stock(tmp_path):
     """With every head kept, GPT-2 leaves as a stock checkpoint: the gates folded into c_proj (a Conv1D: its input
     rows), loaded by `GPT2LMHeadModel` in a fresh process, logits equal."""
