@@ -187,6 +187,9 @@ def main(out: str, stage: int, names: list[str]) -> None:
         torch.save(loads, os.path.join(out, LOAD_CASE, f"rank{rank}.pt"))
     for name in training:
         train(name, out, rank, world_size, stage)
+    if torch.distributed.is_initialized():
+        # as in multiprocess_train.py: a process exiting with the Trainer's gloo group open can abort in gloo's threads
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
