@@ -195,9 +195,9 @@ register_mechanism(
     bench_cases={
         "bridge-H9": BenchCase("bert", task="sequence-classification", preset="H9"),
         "bridge-hybrid": BenchCase("bert", task="sequence-classification", preset="hybrid"),
-        # the compiled HDIM scorer (opt-in)
-        "bridge-H9-fused": BenchCase("bert", "sequence-classification", "H9", dict(hdim_fused=True)),
-        "bridge-hybrid-fused": BenchCase("bert", "sequence-classification", "hybrid", dict(hdim_fused=True)),
+        # the eager HDIM scorer (the compiled one is the default)
+        "bridge-H9-eager": BenchCase("bert", "sequence-classification", "H9", dict(hdim_fused=False)),
+        "bridge-hybrid-eager": BenchCase("bert", "sequence-classification", "hybrid", dict(hdim_fused=False)),
         # the seed's shape: RoBERTa-large, bridges into the last 4 of its 24 layers
         "bridge-seed-H9": BenchCase("roberta", "sequence-classification", "H9", dict(route_last_n=4)),
         "bridge-seed-hybrid": BenchCase("roberta", "sequence-classification", "hybrid", dict(route_last_n=4)),

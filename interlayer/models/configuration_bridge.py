@@ -75,15 +75,15 @@ class BridgeFields(ZooConfigFields):
             hold a number of chunks that depends on the length, scores every target token at once).
         hdim_recompute (`bool`, defaults to `True`): in training, recompute the 4-term scorer's pairwise
             activations in backward instead of storing them (only the `B x S x S` logits are kept).
-        hdim_fused (`bool`, defaults to `False`): score each chunk of the 4-term scorer with one function compiled by
+        hdim_fused (`bool`, defaults to `True`): score each chunk of the 4-term scorer with one function compiled by
             `torch.compile(fullgraph=True)` (`hdim_pair_logits`: the pair features, the broadcast per-token terms,
             ReLU and the last layer fused around the first layer's matrix products, forward and backward): about
             20% less time for the scorer, once a compilation per input shape and grad mode is paid in a process
             (seconds). Same results to rounding. Computed eagerly where a compiled call cannot run: inside a model
             compiled or exported as a whole (traced with it), under a dispatch mode such as `FlopCounterMode`, and
             once compiling failed in the process (one warning). Only for a plain `nn.Linear` scorer: a wrapped one (a
-            PEFT adapter, a quantised layer) is called on the full pair features. Opt-in: it saves about 6% of a
-            training step at the MiniLM shape, less than the compilations cost a short run (or the test suite).
+            PEFT adapter, a quantised layer) is called on the full pair features. `False` computes the same function
+            eagerly, with no compilation.
 
     Blending and injection (seed section 4):
         gate_init_attn (`float`, defaults to 0.15): the QKV bridge's gate value at init.
@@ -148,7 +148,7 @@ class BridgeFields(ZooConfigFields):
     hdim_mask_special_tokens: bool = False
     hdim_chunk_size: int = 32
     hdim_recompute: bool = True
-    hdim_fused: bool = False
+    hdim_fused: bool = True
     gate_init_attn: float | int = 0.15
     gate_init_hdim: float | int = 0.05
     gate_activation: Literal["identity", "softplus"] = "identity"

@@ -1,7 +1,8 @@
 """Checkpoints saved by another version of interlayer load into this one bit-exactly: every zoo class of every
 conformance case's config, converted and saved by that version (`earlier_version_save.py`), loads through its Auto
 class (the `auto_map` and `architectures` it saved name classes this version has), with every saved tensor and
-nothing else, and computes the saved outputs exactly.
+nothing else, and computes the saved outputs (to float rounding: a computation this version reorders for speed, such
+as the bridges' compiled HDIM scorer, `hdim_fused`, rounds differently).
 
 The earlier version is `EARLIER_REVISION` (the last `main` before the families and records redesign), taken from
 the repository's history with `git archive`, or the checkout `INTERLAYER_EARLIER_CHECKOUT` names
@@ -86,4 +87,4 @@ def test_every_class_saved_by_the_earlier_version_loads_bit_exactly(saved):
         reference = torch.load(folder / "reference.pt")
         with torch.no_grad():
             output = model(**reference["batch"])[0]
-        torch.testing.assert_close(output, reference["output"], rtol=0, atol=0, msg=f"{folder.name}: output")
+        torch.testing.assert_close(output, reference["output"], msg=f"{folder.name}: output")

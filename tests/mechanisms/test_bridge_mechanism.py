@@ -207,17 +207,17 @@ def training_step(model, batch):
     return out, {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
 
 
-def test_fused_hdim_scorer_trains_as_the_eager_one(roberta_dir, monkeypatch):
-    """With `hdim_fused=True` the 4-term scorer runs compiled, once per chunk of target tokens and target layer and
-    again when backward recomputes it; on a padded batch its training step (loss, logits, every gradient) equals the
-    eager scorer's (`hdim_fused=False`, the default)."""
+def test_fused_hdim_scorer_is_the_default_and_trains_as_the_eager_one(roberta_dir, monkeypatch):
+    """By default (`hdim_fused=True`) the 4-term scorer runs compiled, once per chunk of target tokens and target
+    layer and again when backward recomputes it; on a padded batch its training step (loss, logits, every gradient)
+    equals the eager scorer's (`hdim_fused=False`)."""
     calls = counting_fused(monkeypatch, modeling_bridge, "fused_hdim_pair_logits")
     batch = pair_batch("roberta", lengths=((20, 17), (9, 4)))
-    eager, eager_grads = training_step(hdim_bridge(roberta_dir), batch)
+    eager, eager_grads = training_step(hdim_bridge(roberta_dir, hdim_fused=False), batch)
     assert calls == []
-    model = hdim_bridge(roberta_dir, hdim_fused=True)
+    model = hdim_bridge(roberta_dir)
     fused, fused_grads = training_step(model, batch)
-    assert model.config.hdim_recompute
+    assert model.config.hdim_fused and model.config.hdim_recompute
     targets = sum(isinstance(m, HDIMMessage) for m in model.modules())
     chunks = math.ceil(batch["input_ids"].shape[1] / 7)
     assert targets > 1 and batch["input_ids"].shape[1] % 7 != 0
@@ -258,7 +258,7 @@ def test_fused_hdim_scorer_runs_eagerly_past_the_recompile_limit(roberta_dir, mo
     for dtype in (torch.float32, torch.bfloat16):
         eager, eager_grads = training_step(hdim_bridge(roberta_dir, hdim_fused=False).to(dtype), batch)
         with torch._dynamo.config.patch(recompile_limit=1):
-            fused, fused_grads = training_step(hdim_bridge(roberta_dir, hdim_fused=True).to(dtype), batch)
+            fused, fused_grads = training_step(hdim_bridge(roberta_dir).to(dtype), batch)
         torch.testing.assert_close(fused.logits, eager.logits)
         for name, grad in eager_grads.items():
             torch.testing.assert_close(fused_grads[name], grad, msg=name)
