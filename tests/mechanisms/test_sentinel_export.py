@@ -89,6 +89,15 @@ def converted(tmp_path, family: str):
     return model.eval()
 
 
+def pruned_gpt2(tmp_path):
+    """A converted GPT-2 with trained gates and heads pruned in a pattern no stock config has: two of layer 0's four
+    heads, every head of layer 1."""
+    model = converted(tmp_path, "gpt2")
+    trained_gates(model)
+    model.prune_heads({0: [1, 3], 1: [0, 1, 2, 3]})
+    return model
+
+
 def test_uniform_pruning_removes_whole_key_value_groups(tmp_path):
     """4 query heads in 2 groups of 2: `uniform=True` removes one whole group in every layer (round(0.3 * 2) = 1), the
     group of lower summed score; the non-uniform selection at the same fraction may not."""
@@ -173,9 +182,7 @@ def test_pruned_gpt2_exports_as_stock_with_its_pruned_heads_zero(tmp_path, capsy
     a pruned GPT-2 (any pattern, a layer with no head left included) leaves with every pruned head put back as a zero
     head, loaded by `GPT2LMHeadModel` in a fresh process with the stock head count, logits equal the pruned zoo
     model's; from the shell, which says what the folder is."""
-    model = converted(tmp_path, "gpt2")
-    trained_gates(model)
-    model.prune_heads({0: [1, 3], 1: [0, 1, 2, 3]})
+    model = pruned_gpt2(tmp_path)
     batch = lm_batch()
     with torch.no_grad():
         expected = model(**batch).logits
@@ -199,9 +206,7 @@ def test_pruned_bf16_gpt2_exports_bf16_stock_weights_as_close_as_the_zoo_model(t
     """A pruned GPT-2 in bf16 leaves as bf16 stock weights (the zero heads put back, the gates folded in float32 and
     rounded once) that load as `GPT2LMHeadModel` in bf16 and compute the pruned float32 function at least as closely
     as the bf16 zoo model itself does."""
-    model = converted(tmp_path, "gpt2")
-    trained_gates(model)
-    model.prune_heads({0: [1, 3], 1: [0, 1, 2, 3]})
+    model = pruned_gpt2(tmp_path)
     batch = lm_batch()
     with torch.no_grad():
         reference = model(**batch).logits
