@@ -3,7 +3,7 @@
 Importing the package registers every config and model of the zoo (`interlayer.zoo.ZOO`) with the Auto classes, so
 `AutoConfig` and `AutoModel...` resolve them in-process without `trust_remote_code`, and exports every zoo class by
 its name (`from interlayer import Qwen3MHCForCausalLM`), and under the older names kept for it. The classes of the
-decoder mechanisms on each family are imported in the generated block (`python -m interlayer.models.generate_classes`).
+decoder mechanisms on each family are imported in the generated block (`python -m interlayer.generate_classes`).
 """
 
 from transformers import AutoConfig
@@ -85,7 +85,7 @@ from .models.modeling_sentinel import (
 from .zoo import ZOO, convert
 
 # isort: split
-# --- begin generated imports (python -m interlayer.models.generate_classes --fix): do not edit ---
+# --- begin generated imports (python -m interlayer.generate_classes --fix): do not edit ---
 from .models.configuration_hyper_connections import (
     Gemma2MHCConfig,
     Gemma3TextMHCConfig,
@@ -234,7 +234,7 @@ __all__ = [
     "convert",
 ]
 
-# --- begin generated exports (python -m interlayer.models.generate_classes --fix): do not edit ---
+# --- begin generated exports (python -m interlayer.generate_classes --fix): do not edit ---
 __all__ += [
     "GPT2LatentConfig",
     "GPT2LatentForCausalLM",

@@ -13,7 +13,7 @@ from transformers import BertConfig, GPT2Config, RobertaConfig
 from .zoo_common import ConfigError, ZooConfigFields, ZooConfigMixin, check_range, zoo_config
 
 # isort: split
-# --- begin generated imports (python -m interlayer.models.generate_classes --fix): do not edit ---
+# --- begin generated imports (python -m interlayer.generate_classes --fix): do not edit ---
 from transformers import LlamaConfig, Qwen2Config, Qwen3Config
 
 # --- end generated imports ---
@@ -208,7 +208,7 @@ __all__ = [
 ]
 
 
-# --- begin generated classes (python -m interlayer.models.generate_classes --fix): do not edit ---
+# --- begin generated classes (python -m interlayer.generate_classes --fix): do not edit ---
 @zoo_config
 class LlamaSentinelConfig(SentinelConfigMixin, ZooConfigMixin, LlamaConfig, SentinelFields):
     r"""Configuration of [`LlamaSentinelModel`]: every [`LlamaConfig`] field plus the sentinel options of

@@ -8,7 +8,7 @@ A decoder family (`DecoderFamily`) is declared by its stock classes and by the r
 branch `F_attn(x)` and the MLP branch `F_mlp(x)` of a residual block (the stock layer computes `h + F_attn(h)`, then
 `h + F_mlp(h)`), with the family's norms and dropouts inside the branch; the embedding (scaled or not); the final norm;
 the rotary position embeddings (shared, or one per layer type); the stock attribute names. The mechanisms' classes on
-a family are `class` statements that `python -m interlayer.models.generate_classes --fix` writes from these
+a family are `class` statements that `python -m interlayer.generate_classes --fix` writes from these
 declarations into the configuration and modeling files, so a new decoder family is one declaration here (and a run of
 the generator).
 
@@ -169,8 +169,10 @@ class DecoderFamily:
             global bases).
         refused: `{config field: why}`: settings of the family the zoo's stack does not reproduce; a config with
             one of them set (truthy) is refused with a ValueError naming the family.
-        extra_inputs: keywords the stock base model takes that the zoo's stack does not (GPT-2's `token_type_ids`,
-            cross-attention inputs): accepted as None, refused otherwise.
+        embeds_token_types: the stock model adds the token embedding of `token_type_ids` to its input embeddings
+            (GPT-2), before the embedding dropout.
+        extra_inputs: keywords the stock base model takes that the zoo's stack does not (GPT-2's cross-attention
+            inputs): accepted as None, refused otherwise.
         output_class: the stock base model's output class (the stock head reads its fields).
     """
 
@@ -189,6 +191,7 @@ class DecoderFamily:
     names: StackNames = StackNames()
     rotary_per_layer_type: bool = False
     refused: dict = dataclasses.field(default_factory=dict)
+    embeds_token_types: bool = False
     extra_inputs: tuple[str, ...] = ()
     output_class: type = BaseModelOutputWithPast
     checkpoints: str = ""
@@ -299,7 +302,8 @@ GPT2 = DecoderFamily(
     embedding=lambda config, padding_idx: nn.Embedding(config.vocab_size, config.hidden_size),
     names=StackNames(embed="wte", layers="h", norm="ln_f", positions="wpe", dropout="drop"),
     refused={"add_cross_attention": "it has no cross-attention"},
-    extra_inputs=("token_type_ids", "encoder_hidden_states", "encoder_attention_mask"),
+    embeds_token_types=True,
+    extra_inputs=("encoder_hidden_states", "encoder_attention_mask"),
     output_class=BaseModelOutputWithPastAndCrossAttentions,
 )
 

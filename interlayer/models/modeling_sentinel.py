@@ -15,7 +15,7 @@ calls the attention function.
 
 Reading order: the weight surgery, the gates, the U-Net skips, each family's attention and layer, the pre-trained
 mixin (statistics, pruning), the models and LM heads; at the end, the classes of the Llama-family decoders, which
-`generate_classes.py` writes from their family declarations.
+`python -m interlayer.generate_classes --fix` writes from their family declarations.
 """
 
 from __future__ import annotations
@@ -33,10 +33,9 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 from transformers import initialization as init
-from transformers.cache_utils import Cache, DynamicCache
+from transformers.cache_utils import Cache
 from transformers.generation import GenerationMixin
 from transformers.loss.loss_utils import ForSequenceClassificationLoss
-from transformers.masking_utils import create_causal_mask
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast, ModelOutput
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.bert.modeling_bert import (
@@ -67,19 +66,18 @@ from transformers.pytorch_utils import Conv1D
 from transformers.utils.generic import can_return_tuple
 
 from .configuration_sentinel import BertSentinelConfig, GatedGPT2Config, GPT2SentinelConfig, RobertaSentinelConfig
-from .decoder_common import CausalLMMixin, DecoderStackMixin, build_stack
+from .decoder_common import CausalLMMixin, DecoderLayerRolesMixin, DecoderStackMixin, StackRun
 from .families import BERT, GPT2, ROBERTA, DecoderFamily, EncoderFamily, Heads
 from .zoo_common import (
     CACHE_KWARG,
     ZooModelMixin,
     refuse_output_attentions,
     register_for_auto_classes,
-    select_hidden_states,
     take_cache,
 )
 
 # isort: split
-# --- begin generated imports (python -m interlayer.models.generate_classes --fix): do not edit ---
+# --- begin generated imports (python -m interlayer.generate_classes --fix): do not edit ---
 from transformers.models.llama.modeling_llama import LlamaAttention, LlamaDecoderLayer, LlamaForCausalLM, LlamaModel
 from transformers.models.qwen2.modeling_qwen2 import Qwen2Attention, Qwen2DecoderLayer, Qwen2ForCausalLM, Qwen2Model
 from transformers.models.qwen3.modeling_qwen3 import Qwen3Attention, Qwen3DecoderLayer, Qwen3ForCausalLM, Qwen3Model
@@ -386,8 +384,8 @@ class EncoderSentinelSelfAttention(SentinelGates):
 
 
 class BertSentinelSelfAttention(EncoderSentinelSelfAttention, BertSelfAttention):
-    def __init__(self, *args, **kwargs):  # its own, so that DeepSpeed's zero.Init partitions the gates too
-        super().__init__(*args, **kwargs)  # (`generate_classes.py` says why)
+    def __init__(self, *args, **kwargs):  # its own, so that DeepSpeed's zero.Init partitions the gates too: it
+        super().__init__(*args, **kwargs)  # partitions a module's parameters when its outermost own __init__ returns
 
 
 class RobertaSentinelSelfAttention(EncoderSentinelSelfAttention, RobertaSelfAttention):
@@ -445,30 +443,29 @@ class UNetSkipMixin:
         return hidden_states + self.unet_scale * self.sentinel_unet_fuse(torch.cat([hidden_states, skip], dim=-1))
 
 
-class GPT2SentinelBlock(UNetSkipMixin, GPT2Block):
-    """A stock GPT-2 block whose attention is gated; decoder-half blocks own a U-Net skip fusion on their output."""
-
-    def __init__(self, config, layer_idx):
-        super().__init__(config, layer_idx=layer_idx)
-        self.attn = GPT2SentinelAttention(config, layer_idx)
-        self.setup_unet(config, layer_idx)
-
-    def forward(self, hidden_states, past_key_values=None, attention_mask=None, skip=None, **kwargs):
-        return self.apply_unet(super().forward(hidden_states, past_key_values, attention_mask, **kwargs), skip)
-
-
-class DecoderSentinelLayerMixin(UNetSkipMixin):
-    """A stock Llama-family decoder layer with gated attention and, in the decoder half, a U-Net skip fusion."""
+class DecoderSentinelLayerMixin(UNetSkipMixin, DecoderLayerRolesMixin):
+    """A stock decoder layer (GPT-2's block, a Llama-family layer) with gated attention (`attention_class`, under the
+    family's attention name) and, in the decoder half, a U-Net skip fusion on its output."""
 
     attention_class: type
 
     def __init__(self, config, layer_idx):
         super().__init__(config, layer_idx)
-        self.self_attn = self.attention_class(config, layer_idx)
+        setattr(self, self.family.heads.attention, self.attention_class(config, layer_idx))
         self.setup_unet(config, layer_idx)
 
-    def forward(self, hidden_states, skip=None, **kwargs):
-        return self.apply_unet(super().forward(hidden_states, **kwargs), skip)
+    def residual_block(self, h: torch.Tensor, attention, skip: torch.Tensor | None = None) -> torch.Tensor:
+        return self.apply_unet(super().residual_block(h, attention), skip)
+
+
+class GPT2SentinelBlock(DecoderSentinelLayerMixin, GPT2Block):
+    """A stock GPT-2 block whose attention is gated; decoder-half blocks own a U-Net skip fusion on their output."""
+
+    family = GPT2
+    attention_class = GPT2SentinelAttention
+
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx)
 
 
 class EncoderSentinelLayerMixin:
@@ -833,6 +830,33 @@ class SentinelLMHeadMixin:
         )
 
 
+class DecoderSentinelPreTrainedMixin(SentinelPreTrainedMixin):
+    def apply_freeze_base(self) -> None:
+        """The sentinel mechanism has no `freeze_base`: the gates train with the model."""
+
+
+class DecoderSentinelModelMixin(DecoderSentinelPreTrainedMixin, DecoderStackMixin):
+    """A decoder with sentinel-gated attention and optional U-Net skips: the family's stock embeddings, layers, norm
+    and rotary embedding, in the decoder stack's forward; a decoder-half layer fuses the output of its encoder-half
+    layer (`unet_source`)."""
+
+    def check_forward(self, kwargs: dict) -> None:
+        refuse_output_attentions(self, kwargs)
+
+    def layer_inputs(self, i: int, run: StackRun) -> tuple:
+        source = self.stack_layers[i].unet_source
+        return (run.saved[source] if source is not None else None,)
+
+    def after_layer(self, i: int, output: torch.Tensor, run: StackRun) -> torch.Tensor:
+        if self.config.unet_skips:  # the outputs the decoder half's skips read
+            run.saved.append(output)
+        return output
+
+
+class DecoderSentinelLMMixin(SentinelLMHeadMixin, DecoderSentinelPreTrainedMixin, CausalLMMixin):
+    """The stock causal-LM head (and tying) on a sentinel decoder; the loss adds the gates' L1 pressure."""
+
+
 class GPT2SentinelPreTrainedMixin(SentinelPreTrainedMixin):
     config_class = GPT2SentinelConfig
     family = GPT2
@@ -840,18 +864,15 @@ class GPT2SentinelPreTrainedMixin(SentinelPreTrainedMixin):
     _no_split_modules = ["GPT2SentinelBlock"]
 
 
-class GPT2SentinelModel(GPT2SentinelPreTrainedMixin, GPT2Model):
+class GPT2SentinelModel(DecoderSentinelModelMixin, GPT2SentinelPreTrainedMixin, GPT2Model):
     """GPT-2 with sentinel-gated attention and optional U-Net skips: the stock stack of the `GPT2` family (embeddings,
-    blocks, final norm), its own forward (which takes `token_type_ids`, as stock GPT-2 does)."""
+    blocks, final norm) and its forward, which takes `token_type_ids` as stock GPT-2 does."""
+
+    decoder_layer_class = GPT2SentinelBlock
 
     def __init__(self, config: GPT2SentinelConfig):
-        PreTrainedModel.__init__(self, config)
-        self.embed_dim = config.hidden_size
-        build_stack(self, self.family, config, GPT2SentinelBlock)
-        self.gradient_checkpointing = False
-        self.post_init()
+        super().__init__(config)
 
-    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -864,56 +885,17 @@ class GPT2SentinelModel(GPT2SentinelPreTrainedMixin, GPT2Model):
         output_hidden_states: bool | None = None,
         **kwargs,
     ) -> BaseModelOutputWithPast:
-        if output_hidden_states is None:
-            output_hidden_states = self.config.output_hidden_states
-        past_key_values = take_cache(past_key_values, kwargs)
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
-        refuse_output_attentions(self, kwargs)
-        use_cache = self.config.use_cache if use_cache is None else use_cache
-        if self.gradient_checkpointing and self.training:
-            use_cache = False
-        if use_cache and past_key_values is None:
-            past_key_values = DynamicCache(config=self.config)
-        if inputs_embeds is None:
-            inputs_embeds = self.wte(input_ids)
-        if position_ids is None:
-            past_seen = past_key_values.get_seq_length() if past_key_values is not None else 0
-            position_ids = (torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device) + past_seen)[None]
-        hidden_states = inputs_embeds + self.wpe(position_ids)
-        causal_mask = create_causal_mask(
-            config=self.config,
-            inputs_embeds=inputs_embeds,
+        """The decoder stack's forward with stock GPT-2's inputs in stock GPT-2's order."""
+        return super().forward(
+            input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            **{CACHE_KWARG: past_key_values},
-        )
-        if token_type_ids is not None:
-            hidden_states = hidden_states + self.wte(token_type_ids)
-        hidden_states = self.drop(hidden_states)
-
-        outputs = []
-        all_hidden = (hidden_states,) if output_hidden_states else None
-        for block in self.h:
-            skip = outputs[block.unet_source] if block.unet_source is not None else None
-            hidden_states = block(
-                hidden_states,
-                past_key_values if use_cache else None,
-                causal_mask,
-                skip,
-                position_ids=position_ids,
-                **kwargs,
-            )
-            outputs.append(hidden_states)
-            if output_hidden_states:
-                all_hidden = all_hidden + (hidden_states,)
-        hidden_states = self.ln_f(hidden_states)
-        if output_hidden_states:
-            all_hidden = all_hidden[:-1] + (hidden_states,)
-        return BaseModelOutputWithPast(
-            last_hidden_state=hidden_states,
-            hidden_states=select_hidden_states(all_hidden, output_hidden_states),
-            **{CACHE_KWARG: past_key_values if use_cache else None},
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            output_hidden_states=output_hidden_states,
+            token_type_ids=token_type_ids,
+            **kwargs,
         )
 
 
@@ -959,68 +941,6 @@ class GPT2SentinelLMHeadModel(SentinelLMHeadMixin, GPT2SentinelPreTrainedMixin, 
             logits_to_keep=logits_to_keep,
             **kwargs,
         )
-
-
-class DecoderSentinelPreTrainedMixin(SentinelPreTrainedMixin):
-    def apply_freeze_base(self) -> None:
-        """The sentinel mechanism has no `freeze_base`: the gates train with the model."""
-
-
-class DecoderSentinelModelMixin(DecoderSentinelPreTrainedMixin, DecoderStackMixin):
-    """A Llama-family decoder with sentinel-gated attention and optional U-Net skips; stock embeddings, layers,
-    norm and rotary embedding."""
-
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        past_key_values: Cache | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        use_cache: bool | None = None,
-        output_hidden_states: bool | None = None,
-        **kwargs,
-    ) -> BaseModelOutputWithPast:
-        if output_hidden_states is None:
-            output_hidden_states = self.config.output_hidden_states
-        refuse_output_attentions(self, kwargs)
-        use_cache = self.config.use_cache if use_cache is None else use_cache
-        if self.gradient_checkpointing and self.training:
-            use_cache = False
-        inputs_embeds, cache, position_ids, masks, position_embeddings = self.prepare_inputs(
-            input_ids, inputs_embeds, attention_mask, position_ids, past_key_values, use_cache, kwargs
-        )
-        hidden_states = inputs_embeds
-        outputs = []
-        all_hidden = (hidden_states,) if output_hidden_states else None
-        for layer, layer_type in zip(self.layers, self.layer_types):
-            hidden_states = layer(
-                hidden_states,
-                # positional, so that reentrant activation checkpointing passes its gradient
-                outputs[layer.unet_source] if layer.unet_source is not None else None,
-                attention_mask=masks[layer_type],
-                position_ids=position_ids,
-                use_cache=use_cache,
-                position_embeddings=position_embeddings[layer_type],
-                **{CACHE_KWARG: cache},
-                **kwargs,
-            )
-            outputs.append(hidden_states)
-            if output_hidden_states:
-                all_hidden = all_hidden + (hidden_states,)
-        hidden_states = self.norm(hidden_states)
-        if output_hidden_states:
-            all_hidden = all_hidden[:-1] + (hidden_states,)
-        return BaseModelOutputWithPast(
-            last_hidden_state=hidden_states,
-            hidden_states=select_hidden_states(all_hidden, output_hidden_states),
-            **{CACHE_KWARG: cache if use_cache else None},
-        )
-
-
-class DecoderSentinelLMMixin(SentinelLMHeadMixin, DecoderSentinelPreTrainedMixin, CausalLMMixin):
-    """The stock causal-LM head (and tying) on a sentinel decoder; the loss adds the gates' L1 pressure."""
 
 
 class EncoderSentinelPreTrainedMixin(SentinelPreTrainedMixin):
@@ -1162,8 +1082,8 @@ __all__ = [
 ]
 
 
-# --- begin generated classes (python -m interlayer.models.generate_classes --fix): do not edit ---
-# each class has an `__init__` of its own: generate_classes.py says why
+# --- begin generated classes (python -m interlayer.generate_classes --fix): do not edit ---
+# each class has an `__init__` of its own, so that DeepSpeed's zero.Init partitions the mixin's parameters too
 class LlamaSentinelAttention(DecoderSentinelAttention, LlamaAttention):
     def __init__(self, config, layer_idx):
         super().__init__(config, layer_idx)

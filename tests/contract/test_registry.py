@@ -11,6 +11,7 @@ import transformers
 
 import interlayer
 from interlayer.cli import main
+from interlayer.mechanisms import MECHANISMS as RECORDS
 from interlayer.models.zoo_common import field_defaults
 from interlayer.testing import ConformanceSuite
 from interlayer.zoo import MECHANISMS, ZOO, matrix, matrix_markdown, option_docs, options_markdown
@@ -68,20 +69,11 @@ def test_docs_matrix_is_the_registry():
     assert table == matrix_markdown(), "docs/matrix.md is out of date: paste `interlayer list --markdown` into it"
 
 
-MECHANISM_PAGES = {
-    "bridge": "bridges.md",
-    "sentinel": "sentinel.md",
-    "hyper-connections": "hyper_connections.md",
-    "latent": "latent.md",
-    "attention-bridge": "attention_bridges.md",
-}
-
-
 def test_every_mechanism_page_shows_its_options():
     """Each mechanism's page carries `interlayer list --options NAME` (every option, its type, real default and
     meaning, from the config docstrings) between its markers: regenerate it when an option changes."""
-    assert set(MECHANISM_PAGES) == set(MECHANISMS)
-    for mechanism, page in MECHANISM_PAGES.items():
+    for mechanism, record in RECORDS.items():
+        page = record.docs_page
         text = (DOCS_MATRIX.parent / page).read_text()
         begin = f"<!-- options: interlayer list --options {mechanism} -->"
         assert begin in text, f"docs/{page} has no options table"
