@@ -326,13 +326,15 @@ def blocks() -> dict[pathlib.Path, dict[str, str]]:
 
 def with_block(text: str, name: str, path: pathlib.Path) -> str:
     """`text` with an empty block `name` added where it belongs, if it has none: imports after the last top-level
-    import statement, anything else at the end."""
+    import statement, anything else at the end (after an `__all__` of the file's own names, which the generated
+    classes add theirs to, where the file has none)."""
     begin, end = BEGIN.format(name) + "\n", END.format(name) + "\n"
     if begin in text or end in text:
         return text
     empty = f"{begin}{end}"
     if name != "imports":
-        return text.rstrip("\n") + "\n\n\n" + empty
+        exports = "" if "\n__all__ = " in text else "__all__ = []  # the file's own exports; the generated ones follow"
+        return text.rstrip("\n") + "\n\n\n" + (exports + "\n\n\n" if exports else "") + empty
     imports = [n for n in ast.parse(text).body if isinstance(n, (ast.Import, ast.ImportFrom))]
     if not imports:
         raise ValueError(f"{path}: has no import statement to put the generated imports after")

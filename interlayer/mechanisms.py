@@ -8,8 +8,9 @@ tests and every other test that enumerates mechanisms build them) and the config
 
 The registry (`interlayer.zoo`), the class generator, the CLI, `interlayer inspect`, the callbacks, `interlayer bench`
 and the tests read these records rather than naming mechanisms: a new mechanism is one more `register_mechanism(...)`
-call at the bottom of this file (a name, parameter prefix, statistics prefix, docs page or bench case name another
-mechanism has is refused), and `check_record` (which the tests run on every record) checks what needs its classes.
+call at the bottom of this file (a name, parameter prefix, statistics prefix, docs page, example label or bench case
+another mechanism has is refused, and so is a record without examples or bench cases), and `check_record` (which the
+tests run on every record) checks what needs its classes.
 """
 
 from __future__ import annotations
@@ -256,6 +257,11 @@ def register_mechanism(*, name: str, bench_cases: dict[str, BenchCase] | None = 
             )
     if not record.examples:
         raise ValueError(f"register_mechanism: mechanism {name!r} has no `examples`: the tests build them.")
+    if not record.bench_cases:
+        raise ValueError(
+            f"register_mechanism: mechanism {name!r} has no `bench_cases`: `interlayer bench` measures every mechanism "
+            "against its stock model."
+        )
     MECHANISMS[name] = record
     return record
 

@@ -12,7 +12,7 @@ from transformers import initialization as init
 from transformers.generation import GenerationMixin
 from transformers.models.llama.modeling_llama import LlamaAttention, LlamaDecoderLayer, LlamaForCausalLM, LlamaModel
 
-from interlayer.mechanisms import ConfigError, Example, register_mechanism
+from interlayer.mechanisms import BenchCase, ConfigError, Example, register_mechanism
 from interlayer.models.decoder_common import CausalLMMixin, DecoderLayerRolesMixin, DecoderStackMixin, FreezeBaseMixin
 from interlayer.models.families import LLAMA
 from interlayer.models.zoo_common import (
@@ -109,6 +109,7 @@ def register():
         parameter_prefix="layerscale_",
         statistics_prefix="layerscale/",
         docs_page="layer_scale.md",
+        bench_cases={"layer-scale": BenchCase("llama")},
         examples=(Example("LlamaLayerScale", "llama", dict(identity_init=False), distributed=True),),
         config_errors=(ConfigError(dict(layer_scale_init=-1.0), r"layer_scale_init.*>= 0.*got -1.0"),),
     )

@@ -34,7 +34,7 @@ def latent_record(**changes):
     """The latent record's fields under new names, with `changes`."""
     fields = {f.name: getattr(MECHANISMS["latent"], f.name) for f in dataclasses.fields(MECHANISMS["latent"])}
     fields |= dict(name="latent-2", parameter_prefix="lat2_", statistics_prefix="l2/", docs_page="latent-2.md")
-    fields |= dict(examples=(Example("Latent2", "llama", {}),), bench_cases={})
+    fields |= dict(examples=(Example("Latent2", "llama", {}),), bench_cases={"latent-2": BenchCase("llama")})
     return {**fields, **changes}
 
 
@@ -51,6 +51,7 @@ def latent_record(**changes):
         (dict(docs_page="latent.md"), "docs_page 'latent.md' is taken by mechanism 'latent'"),
         (dict(examples=(Example("GPT2MHC", "gpt2", {}),)), "example label 'GPT2MHC' is taken by mechanism"),
         (dict(examples=()), "mechanism 'latent-2' has no `examples`"),
+        (dict(bench_cases={}), "mechanism 'latent-2' has no `bench_cases`"),
     ],
 )
 def test_a_name_or_prefix_another_mechanism_has_is_refused(registry, changes, message):
@@ -81,7 +82,7 @@ def test_the_zoo_bench_and_inspect_read_the_records():
     assert CASES == {n: c for r in MECHANISMS.values() for n, c in r.bench_cases.items()}
     assert STATISTIC_PREFIXES == tuple(r.statistics_prefix for r in MECHANISMS.values())
     for record in MECHANISMS.values():
-        assert record.pictures and len({p.file for p in record.pictures}) == len(record.pictures)
+        assert len({p.file for p in record.pictures}) == len(record.pictures)
         for tool in record.training_tools:
             assert callable(record.tool(tool)), tool
 
