@@ -29,13 +29,8 @@ from .models.configuration_bridge import (
     XLMRobertaBridgeConfig,
     bridge_preset,
 )
-from .models.configuration_sentinel import (
-    BertSentinelConfig,
-    GatedGPT2Config,
-    GPT2SentinelConfig,
-    LegacyGatedGPT2Config,
-    RobertaSentinelConfig,
-)
+from .models.configuration_sentinel import GatedGPT2Config, GPT2SentinelConfig, LegacyGatedGPT2Config
+from .models.configuration_sentinel_encoders import BertSentinelConfig, RobertaSentinelConfig
 from .models.modeling_attention_bridge import (
     BartAttentionBridgeForConditionalGeneration,
     BartAttentionBridgeModel,
@@ -72,13 +67,10 @@ from .models.modeling_bridge import (
     XLMRobertaBridgeForTokenClassification,
     XLMRobertaBridgeModel,
 )
-from .models.modeling_sentinel import (
+from .models.modeling_sentinel import GatedGPT2LMHeadModel, GatedGPT2Model, GPT2SentinelLMHeadModel, GPT2SentinelModel
+from .models.modeling_sentinel_encoders import (
     BertSentinelForSequenceClassification,
     BertSentinelModel,
-    GatedGPT2LMHeadModel,
-    GatedGPT2Model,
-    GPT2SentinelLMHeadModel,
-    GPT2SentinelModel,
     RobertaSentinelForSequenceClassification,
     RobertaSentinelModel,
 )

@@ -1,8 +1,8 @@
 """Writes the zoo's generated classes as `class` statements: each mechanism whose record (`interlayer.mechanisms`)
 has a class spec gets its config and model classes on every family it converts, written into its configuration and
 modeling files, and the decoder mechanisms' classes are imported and exported by `interlayer/__init__.py`. A decoder
-mechanism's spec is a `DecoderClasses` (its classes on each `DecoderFamily` of `families.py`), the attention bridge's
-a `Seq2SeqClasses` (on each `Seq2SeqFamily`):
+mechanism's spec is a `DecoderClasses` (its classes on each family of `decoder_families.py`), the attention bridge's
+a `Seq2SeqClasses` (on each family of `seq2seq_families.py`):
 
     python -m interlayer.generate_classes        # names every generated block that is out of date
     python -m interlayer.generate_classes --fix  # rewrites them, adding the blocks a file does not have yet
@@ -10,10 +10,10 @@ a `Seq2SeqClasses` (on each `Seq2SeqFamily`):
 A generated block sits between the lines `# --- begin generated <block> ...` and `# --- end generated <block> ---`
 and is not edited by hand; `tests/contract/test_generated_classes.py` fails when one differs from what this renders (as
 transformers' `utils/check_modular_conversion.py` does for its modular files). A file without a block gets it from
-`--fix`: the imports block after the file's last top-level import, the classes block at its end. A new decoder family
-is its declaration in `families.py` and a run of `--fix`; a new decoder mechanism its record, its configuration and
-modeling files (the options and the mixins) and a run of `--fix`. This tool sits outside the models folder: saved
-checkpoints ship the classes it wrote, never the tool.
+`--fix`: the imports block after the file's last top-level import, the classes block at its end. A new decoder
+family is its declaration in `decoder_families.py` and a run of `--fix`; a new decoder mechanism its record, its
+configuration and modeling files (the options and the mixins) and a run of `--fix`. This tool sits outside the
+models folder: saved checkpoints ship the classes it wrote, never the tool.
 
 Each generated model class has an `__init__` of its own that calls through: DeepSpeed's `zero.Init` partitions a
 module's parameters once the outermost `__init__` found in a module class's own `__dict__` returns, so without one it
@@ -30,8 +30,9 @@ import pathlib
 import sys
 import textwrap
 
-from .models import families
-from .models.families import DecoderFamily, Seq2SeqFamily
+from .models import decoder_families, seq2seq_families
+from .models.families import DecoderFamily
+from .models.seq2seq_families import Seq2SeqFamily
 
 LINE = 120
 PACKAGE = pathlib.Path(__file__).parent
@@ -53,18 +54,19 @@ def records():
 
 
 def every_decoder_family() -> list[DecoderFamily]:
-    """The decoder families of `families.py`, in the order they are declared there."""
-    return [value for value in vars(families).values() if isinstance(value, DecoderFamily)]
+    """The decoder families of `decoder_families.py`, in the order they are declared there."""
+    return [value for value in vars(decoder_families).values() if isinstance(value, DecoderFamily)]
 
 
 def every_seq2seq_family() -> list[Seq2SeqFamily]:
-    """The encoder-decoder families of `families.py`, in the order they are declared there."""
-    return [value for value in vars(families).values() if isinstance(value, Seq2SeqFamily)]
+    """The encoder-decoder families of `seq2seq_families.py`, in the order they are declared there."""
+    return [value for value in vars(seq2seq_families).values() if isinstance(value, Seq2SeqFamily)]
 
 
 def family_constant(family) -> str:
-    """The name `families.py` declares `family` under (`QWEN3`)."""
-    return next(name for name, value in vars(families).items() if value is family)
+    """The name its module declares `family` under (`QWEN3`)."""
+    module = decoder_families if isinstance(family, DecoderFamily) else seq2seq_families
+    return next(name for name, value in vars(module).items() if value is family)
 
 
 # ---- ruff-formatted source ------------------------------------------------------------------------------------------
@@ -138,19 +140,19 @@ class Names:
         return cls(*(prefix + end for end in ("Config", "Attention", "DecoderLayer", "Model", "ForCausalLM")))
 
 
-def decoder_families(record) -> list[DecoderFamily]:
-    """The families a decoder mechanism converts: its spec's, or every `DecoderFamily` of `families.py`."""
+def families_of(record) -> list[DecoderFamily]:
+    """The families a decoder mechanism converts: its spec's, or every family of `decoder_families.py`."""
     return list(record.classes.families) if record.classes.families is not None else every_decoder_family()
 
 
 def config_imports(record) -> str:
-    names = [family.model.config_class.__name__ for family in decoder_families(record)]
+    names = [family.model.config_class.__name__ for family in families_of(record)]
     return from_import("transformers", names) + "\n"
 
 
 def config_classes(record) -> str:
     spec, out, names = record.classes, [], []
-    for family in decoder_families(record):
+    for family in families_of(record):
         n, stock = Names.of(record, family), family.model.config_class.__name__
         checkpoints = f" ({family.checkpoints})" if family.checkpoints else ""
         note = f" {spec.config_note}" if spec.config_note else ""
@@ -169,7 +171,7 @@ def config_classes(record) -> str:
 
 def modeling_imports(record) -> str:
     spec, stock = record.classes, {}
-    for family in decoder_families(record):
+    for family in families_of(record):
         classes = [family.layer, family.model, family.causal_lm]
         if spec.records_attentions or spec.attention_mixin:
             classes.append(family.attention)
@@ -177,15 +179,15 @@ def modeling_imports(record) -> str:
             module, name = qualified(cls)
             stock.setdefault(module, []).append(name)
     lines = [from_import(module, names) for module, names in sorted(stock.items())]
-    configs = [Names.of(record, family).config for family in decoder_families(record)]
-    constants = [family_constant(family) for family in decoder_families(record)]
-    local = from_import(f".{record.configuration}", configs) + from_import(".families", constants)
+    configs = [Names.of(record, family).config for family in families_of(record)]
+    constants = [family_constant(family) for family in families_of(record)]
+    local = from_import(f".{record.configuration}", configs) + from_import(".decoder_families", constants)
     return "".join(lines) + "\n" + local + "\n"
 
 
 def modeling_classes(record) -> str:
     spec, out, names = record.classes, [], []
-    for family in decoder_families(record):
+    for family in families_of(record):
         n, constant = Names.of(record, family), family_constant(family)
         layer_body = [f"family = {constant}"]
         if spec.attention_mixin:
@@ -236,7 +238,7 @@ def seq2seq_imports(record) -> str:
     lines = [from_import(module, names) for module, names in sorted(stock.items())]
     configs = [f"{family.name}{record.classes.infix}Config" for family in every_seq2seq_family()]
     constants = [family_constant(family) for family in every_seq2seq_family()]
-    local = from_import(f".{record.configuration}", configs) + from_import(".families", constants)
+    local = from_import(f".{record.configuration}", configs) + from_import(".seq2seq_families", constants)
     return "".join(lines) + "\n" + local + "\n"
 
 
@@ -280,7 +282,7 @@ def seq2seq_classes(record) -> str:
 def package_imports() -> str:
     lines = []
     for record in sorted(decoder_records(), key=lambda r: (r.configuration, r.modeling)):
-        names = [Names.of(record, family) for family in decoder_families(record)]
+        names = [Names.of(record, family) for family in families_of(record)]
         lines.append((f".models.{record.configuration}", [n.config for n in names]))
         lines.append((f".models.{record.modeling}", [c for n in names for c in (n.model, n.lm)]))
     return "".join(from_import(module, names) for module, names in sorted(lines)) + "\n"
@@ -290,7 +292,7 @@ def package_exports() -> str:
     names = sorted(
         name
         for record in decoder_records()
-        for family in decoder_families(record)
+        for family in families_of(record)
         for name in (lambda n: (n.config, n.model, n.lm))(Names.of(record, family))
     )
     return bracketed("__all__ += [", [f'"{n}"' for n in names], "]")

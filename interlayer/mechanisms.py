@@ -23,7 +23,8 @@ from collections.abc import Callable
 from transformers import PreTrainedModel
 
 from . import pictures as draw
-from .models.families import LLAMA, QWEN2, QWEN3, DecoderFamily
+from .models.decoder_families import LLAMA, QWEN2, QWEN3
+from .models.families import DecoderFamily
 from .models.zoo_common import has_parameter_prefix
 
 
@@ -170,6 +171,9 @@ class Mechanism:
     examples: tuple[Example, ...]
     config_errors: tuple[ConfigError, ...]
     classes: DecoderClasses | Seq2SeqClasses | None = None
+    # files with more of its classes (written by hand), beside `modeling`: a checkpoint of one kind of family ships the
+    # file of its kind alone (the sentinel's decoders and encoders)
+    more_modeling: tuple[str, ...] = ()
     pictures: tuple[Picture, ...] = ()
     bench_cases: dict[str, BenchCase] = dataclasses.field(default_factory=dict)
     training_tools: tuple[str, ...] = ()
@@ -180,27 +184,31 @@ class Mechanism:
     inspect_options: dict = dataclasses.field(default_factory=dict)
 
     @property
-    def modeling_module(self):
-        """The modeling file's module: `modeling` names a file of `interlayer/models`, else a module by its import path
-        (a mechanism that is not shipped with the package: a test's)."""
-        shipped = f"{__package__}.models.{self.modeling}"
-        return importlib.import_module(shipped if importlib.util.find_spec(shipped) else self.modeling)
+    def modeling_modules(self) -> list:
+        """The modules of its modeling files (`modeling`, then `more_modeling`): each names a file of
+        `interlayer/models`, else a module by its import path (a mechanism that is not shipped with the package: a
+        test's)."""
+        modules = []
+        for name in (self.modeling, *self.more_modeling):
+            shipped = f"{__package__}.models.{name}"
+            modules.append(importlib.import_module(shipped if importlib.util.find_spec(shipped) else name))
+        return modules
 
     @property
     def model_classes(self) -> tuple[type, ...]:
-        """Every model class the modeling file defines and registers for an Auto class, once (an older name kept for
-        a class is the same class)."""
-        module = self.modeling_module
+        """Every model class its modeling files define and register for an Auto class, once (an older name kept for a
+        class is the same class)."""
         found = []
-        for value in vars(module).values():
-            if (
-                isinstance(value, type)
-                and issubclass(value, PreTrainedModel)
-                and value.__module__ == module.__name__
-                and value.__dict__.get("_auto_class") is not None
-                and value not in found
-            ):
-                found.append(value)
+        for module in self.modeling_modules:
+            for value in vars(module).values():
+                if (
+                    isinstance(value, type)
+                    and issubclass(value, PreTrainedModel)
+                    and value.__module__ == module.__name__
+                    and value.__dict__.get("_auto_class") is not None
+                    and value not in found
+                ):
+                    found.append(value)
         return tuple(found)
 
     @property
@@ -270,9 +278,7 @@ def check_record(record: Mechanism) -> None:
     """What a record promises of its classes (once they exist: after `python -m interlayer.generate_classes --fix`):
     its modeling file registers a model class for an Auto class, and each has the record's parameter prefix."""
     if not record.model_classes:
-        raise ValueError(
-            f"mechanism {record.name!r}: {record.modeling_module.__name__} registers no model class for an Auto class."
-        )
+        raise ValueError(f"mechanism {record.name!r}: {record.modeling} registers no model class for an Auto class.")
     for cls in record.model_classes:
         if cls.mechanism_param_prefix != record.parameter_prefix:
             raise ValueError(
@@ -380,6 +386,7 @@ register_mechanism(
     name="sentinel",
     configuration="configuration_sentinel",
     modeling="modeling_sentinel",
+    more_modeling=("modeling_sentinel_encoders",),
     parameter_prefix="sentinel_",  # the gates and the mask (`sentinel_gate_logits`), the U-Net skip fusions
     statistics_prefix="sentinel/",
     docs_page="sentinel.md",

@@ -14,7 +14,7 @@ from transformers.models.llama.modeling_llama import LlamaAttention, LlamaDecode
 
 from interlayer.mechanisms import BenchCase, ConfigError, Example, register_mechanism
 from interlayer.models.decoder_common import CausalLMMixin, DecoderLayerRolesMixin, DecoderStackMixin, FreezeBaseMixin
-from interlayer.models.families import LLAMA
+from interlayer.models.decoder_families import LLAMA
 from interlayer.models.zoo_common import (
     ZooConfigFields,
     ZooConfigMixin,

@@ -78,7 +78,7 @@ from .configuration_attention_bridge import (
     MBartAttentionBridgeConfig,
     T5AttentionBridgeConfig,
 )
-from .families import BART, M2M100, MARIAN, MBART, T5
+from .seq2seq_families import BART, M2M100, MARIAN, MBART, T5
 
 # --- end generated imports ---
 

@@ -97,7 +97,7 @@ from .configuration_hyper_connections import (
     Qwen2MHCConfig,
     Qwen3MHCConfig,
 )
-from .families import GEMMA2, GEMMA3_TEXT, GPT2, LLAMA, MISTRAL, OLMO2, PHI3, QWEN2, QWEN3
+from .decoder_families import GEMMA2, GEMMA3_TEXT, GPT2, LLAMA, MISTRAL, OLMO2, PHI3, QWEN2, QWEN3
 
 # --- end generated imports ---
 

@@ -78,7 +78,7 @@ from .configuration_latent import (
     Qwen2LatentConfig,
     Qwen3LatentConfig,
 )
-from .families import GEMMA2, GEMMA3_TEXT, GPT2, LLAMA, MISTRAL, OLMO2, PHI3, QWEN2, QWEN3
+from .decoder_families import GEMMA2, GEMMA3_TEXT, GPT2, LLAMA, MISTRAL, OLMO2, PHI3, QWEN2, QWEN3
 
 # --- end generated imports ---
 

@@ -11,7 +11,7 @@ import re
 
 import interlayer
 from interlayer import generate_classes
-from interlayer.models import families
+from interlayer.models import decoder_families, seq2seq_families
 from interlayer.models.modeling_sentinel import GPT2SentinelLMHeadModel, GPT2SentinelModel
 from interlayer.zoo import ZOO
 
@@ -78,10 +78,13 @@ def test_the_generator_is_not_in_the_shipped_folder():
 
 
 def test_a_new_decoder_family_is_one_declaration(monkeypatch):
-    """A `DecoderFamily` declared in `families.py` gets the classes of every mechanism on every family (config, layer,
-    model, causal LM, registration, exports) from the generator, as valid Python."""
+    """A `DecoderFamily` declared in `decoder_families.py` gets the classes of every mechanism on every family (config,
+    layer, model, causal LM, registration, exports) from the generator, as valid Python."""
     monkeypatch.setattr(
-        families, "NEWFAM", dataclasses.replace(families.QWEN2, model_type="newfam", name="NewFam"), raising=False
+        decoder_families,
+        "NEWFAM",
+        dataclasses.replace(decoder_families.QWEN2, model_type="newfam", name="NewFam"),
+        raising=False,
     )
     blocks = generate_classes.blocks()
     modeling = blocks[PACKAGE / "models" / "modeling_hyper_connections.py"]
@@ -99,11 +102,14 @@ def test_a_new_decoder_family_is_one_declaration(monkeypatch):
 
 
 def test_a_new_seq2seq_family_is_one_declaration(monkeypatch):
-    """A `Seq2SeqFamily` declared in `families.py` gets the attention bridge's encoder, decoder, base model and LM
-    (registration and exports included) from the generator, as valid Python; an LM that owns its encoder and decoder
-    (T5's) builds them itself instead of wrapping a base model."""
+    """A `Seq2SeqFamily` declared in `seq2seq_families.py` gets the attention bridge's encoder, decoder, base model and
+    LM (registration and exports included) from the generator, as valid Python; an LM that owns its encoder and
+    decoder (T5's) builds them itself instead of wrapping a base model."""
     monkeypatch.setattr(
-        families, "NEWSEQ", dataclasses.replace(families.BART, model_type="newseq", name="NewSeq"), raising=False
+        seq2seq_families,
+        "NEWSEQ",
+        dataclasses.replace(seq2seq_families.BART, model_type="newseq", name="NewSeq"),
+        raising=False,
     )
     path = PACKAGE / "models" / "modeling_attention_bridge.py"
     block = generate_classes.blocks()[path]
@@ -124,9 +130,11 @@ LAYERS = [
     {"zoo_requirements"},
     {"zoo_common"},
     {"families"},
+    {"decoder_families", "encoder_families", "seq2seq_families"},
     {"decoder_common"},
-    {p.stem for p in (PACKAGE / "models").glob("configuration_*.py")},
-    {"hyper_connections_maths"},
+    {p.stem for p in (PACKAGE / "models").glob("configuration_*.py")} - {"configuration_sentinel_encoders"},
+    {"configuration_sentinel_encoders"},
+    {"hyper_connections_maths", "sentinel_common"},
     {"hyper_connections_fast"},
     {p.stem for p in (PACKAGE / "models").glob("modeling_*.py")},
 ]
