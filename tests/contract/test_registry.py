@@ -13,7 +13,7 @@ import interlayer
 from interlayer.cli import main
 from interlayer.mechanisms import MECHANISMS as RECORDS
 from interlayer.models.zoo_common import field_defaults
-from interlayer.testing import ConformanceSuite
+from interlayer.testing import THEMES, ConformanceSuite, conformance_table
 from interlayer.zoo import MECHANISMS, ZOO, matrix, matrix_markdown, option_docs, options_markdown
 
 TESTS = pathlib.Path(__file__).parent
@@ -101,3 +101,14 @@ def test_docstring_defaults_are_the_real_ones():
             stated = _stated_default(kind)
             if stated is not None:
                 assert stated == defaults[name], f"{e.config_class.__name__}.{name}: docstring {stated!r}"
+
+
+def test_docs_conformance_table_is_the_suite():
+    """docs/conformance.md carries `interlayer list --conformance` (every test of the suite, by part, with the first
+    paragraph of its docstring) between its markers: regenerate it when a test changes."""
+    text = (DOCS_MATRIX.parent / "conformance.md").read_text()
+    begin, end = "<!-- conformance: interlayer list --conformance -->", "<!-- end of conformance -->"
+    table = text.split(begin, 1)[1].split(end, 1)[0].strip("\n") + "\n"
+    assert table == conformance_table(), "docs/conformance.md is out of date: paste `interlayer list --conformance`"
+    tests = [name for theme in THEMES for name in vars(theme) if name.startswith("test_")]
+    assert sorted(tests) == sorted(n for n in dir(ConformanceSuite) if n.startswith("test_")), "a test outside a part"
