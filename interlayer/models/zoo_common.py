@@ -610,13 +610,11 @@ class ZooModelMixin:
         (still the NaN it started as): a bug in the mechanism's `_init_weights`, which would only show as NaN
         outputs later."""
         parameters = dict(self.named_parameters())
+        missing = set(missing_keys)
         left = [
             name
-            for name in missing_keys
-            if name in parameters
-            and parameters[name].is_floating_point()
-            and parameters[name].numel()
-            and torch.isnan(parameters[name]).all()
+            for name, tensor in parameters.items()
+            if name in missing and tensor.is_floating_point() and tensor.numel() and torch.isnan(tensor).all()
         ]
         if left:
             raise RuntimeError(
