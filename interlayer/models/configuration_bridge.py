@@ -80,10 +80,12 @@ class BridgeFields(ZooConfigFields):
             ReLU and the last layer fused around the first layer's matrix products, forward and backward): about
             20% less time for the scorer, once a compilation per input shape and grad mode is paid in a process
             (seconds). Same results to rounding. Computed eagerly where a compiled call cannot run: inside a model
-            compiled or exported as a whole (traced with it), under a dispatch mode such as `FlopCounterMode`, and
-            once compiling failed in the process (one warning). Only for a plain `nn.Linear` scorer: a wrapped one (a
-            PEFT adapter, a quantised layer) is called on the full pair features. `False` computes the same function
-            eagerly, with no compilation.
+            compiled or exported as a whole (traced with it), under a dispatch mode such as `FlopCounterMode`, once
+            compiling failed in the process (one warning), and, silently, wherever torch's switches turn compiling
+            off (`TORCH_COMPILE_DISABLE=1`, `TORCHDYNAMO_DISABLE=1`, `torch._dynamo.config.disable`, a caller wrapped
+            by `torch.compiler.disable`, the stance `force_eager`). Only for a plain `nn.Linear` scorer: a wrapped
+            one (a PEFT adapter, a quantised layer) is called on the full pair features. `False` computes the same
+            function eagerly, with no compilation.
 
     Blending and injection (seed section 4):
         gate_init_attn (`float`, defaults to 0.15): the QKV bridge's gate value at init.

@@ -325,6 +325,45 @@ def _in_split(name: str, split: str | None) -> bool:
     return name.startswith(EVAL_PREFIX) == (split == "eval")
 
 
+@functools.cache
+def _disabled_wrapper_code():
+    """The code of the wrapper `torch.compiler.disable` puts around a function (the same for every function it wraps,
+    recursively disabled)."""
+    return torch.compiler.disable(lambda: None).__code__
+
+
+def _in_torch(function) -> bool:
+    """Whether `function` is torch's own: defined in torch, and not a method bound to an object of a class defined
+    outside it (`torch.compiler.disable(model)` wraps the model's bound `__call__`)."""
+    owner = getattr(function, "__self__", None)
+    module = type(owner).__module__ if owner is not None else getattr(function, "__module__", None)
+    return (module or "").startswith("torch.")
+
+
+def compiling_switched_off() -> bool:
+    """Whether torch's switches turn compiling off for a call made from here: `TORCH_COMPILE_DISABLE=1` (which torch
+    reads at import into `torch._dynamo.config.disable`, a flag a program may also set), `TORCHDYNAMO_DISABLE=1`
+    (which torch reads at every `torch.compile`), the stance `torch.compiler.set_stance("force_eager")`, or a caller
+    on the stack wrapped by `torch.compiler.disable`, except where torch wraps its own functions (gradient
+    checkpointing's, around the forward it recomputes, which does not mean to switch anything off for what it
+    calls). torch itself honours neither of the first two for a function compiled before the switch, nor the last
+    for a function compiled explicitly; with `fullgraph=True` the first makes every call fail ("found no compiled
+    frames")."""
+    stance = getattr(torch._dynamo.eval_frame, "_stance", None)  # torch has no public getter of the stance
+    if (
+        torch._dynamo.config.disable
+        or os.environ.get("TORCHDYNAMO_DISABLE") == "1"
+        or getattr(stance, "stance", None) == "force_eager"
+    ):
+        return True
+    disabled, frame = _disabled_wrapper_code(), sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is disabled and not _in_torch(frame.f_locals.get("fn")):
+            return True
+        frame = frame.f_back
+    return False
+
+
 class Fused:
     """`fn` computed as one compiled graph where compiling works, else eagerly: the function is compiled with
     `torch.compile(fullgraph=True)` at its first compiled call in a process (its operations fused into a few kernels,
@@ -335,7 +374,10 @@ class Fused:
     - under a dispatch mode such as torch's `FlopCounterMode` (torch.compile refuses to run under one) and under
       `torch.jit` tracing;
     - for the rest of the process once compiling it failed (no working C++ compiler for inductor on a CPU, say: one
-      warning names the reason). `TORCH_COMPILE_DISABLE=1`, torch's own switch, runs it eagerly everywhere;
+      warning names the reason);
+    - wherever torch's own switches turn compiling off (`compiling_switched_off`: `TORCH_COMPILE_DISABLE=1`,
+      `TORCHDYNAMO_DISABLE=1`, `torch._dynamo.config.disable`, the stance `force_eager`, a caller wrapped by
+      `torch.compiler.disable`), silently;
     - for inputs of a new kind once it was compiled for as many kinds (shapes, dtypes, grad modes) as torch's
       recompile limit allows (one warning).
 
@@ -348,6 +390,8 @@ class Fused:
     Both run the same operations, so they agree to float rounding; the tests hold the compiled one to the eager one."""
 
     backend = "inductor"  # what `torch.compile` compiles with
+    # calls in this process that ran a compiled graph of any `Fused` function: how a test tells which path a model took
+    compiled_calls: ClassVar[int] = 0
 
     def __init__(self, fn, dynamic_dims: dict[str, tuple[int, ...]] | None = None):
         functools.update_wrapper(self, fn)
@@ -369,6 +413,7 @@ class Fused:
             and not torch.compiler.is_compiling()
             and not is_in_torch_dispatch_mode()
             and not torch.jit.is_tracing()
+            and not compiling_switched_off()
         )
 
     def compile(self):
@@ -388,7 +433,7 @@ class Fused:
                     args[index] = args[index].view_as(args[index])
                 torch._dynamo.maybe_mark_dynamic(args[index], dims)
         try:
-            return self.compiled(*args)
+            result = self.compiled(*args)
         except torch._dynamo.exc.FailOnRecompileLimitHit:
             # compiled for more input kinds (shapes, dtypes, grad modes) than torch's recompile limit: the kinds
             # compiled so far keep their graphs, a new one runs eagerly
@@ -401,6 +446,8 @@ class Fused:
             self.unavailable = f"{type(reason).__name__}: {(str(reason).strip().splitlines() or [''])[0]}"
             logger.warning(f"{self.fn.__name__} runs eagerly in this process: torch.compile failed: {self.unavailable}")
             return self.fn(*args)
+        Fused.compiled_calls += 1
+        return result
 
 
 class StatsAccumulator(nn.Module):
