@@ -78,8 +78,9 @@ class BridgeFields(ZooConfigFields):
         hdim_fused (`bool`, defaults to `True`): score each chunk of the 4-term scorer with one function compiled by
             `torch.compile(fullgraph=True)` (`hdim_pair_logits`: the pair features, the broadcast per-token terms,
             ReLU and the last layer fused around the first layer's matrix products, forward and backward): about
-            20% less time for the scorer, once a compilation per input shape and grad mode is paid in a process
-            (seconds). Same results to rounding. Computed eagerly where a compiled call cannot run: inside a model
+            20% less time for the scorer, once a compilation per kind of call is paid in a process (seconds; a kind:
+            the grad mode, a batch of one example or more, a chunk of one target token or more; lengths are
+            symbols). Same results to rounding. Computed eagerly where a compiled call cannot run: inside a model
             compiled or exported as a whole (traced with it), under a dispatch mode such as `FlopCounterMode`, once
             compiling failed in the process (one warning), and, silently, wherever torch's switches turn compiling
             off (`TORCH_COMPILE_DISABLE=1`, `TORCHDYNAMO_DISABLE=1`, `torch._dynamo.config.disable`, a caller wrapped

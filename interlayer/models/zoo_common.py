@@ -24,6 +24,7 @@ import os
 import re
 import shutil
 import sys
+import types
 import warnings
 from typing import Any, ClassVar
 
@@ -366,8 +367,9 @@ def compiling_switched_off() -> bool:
 
 class Fused:
     """`fn` computed as one compiled graph where compiling works, else eagerly: the function is compiled with
-    `torch.compile(fullgraph=True)` at its first compiled call in a process (its operations fused into a few kernels,
-    its backward too) and runs as written instead where a compiled call cannot or should not run:
+    `torch.compile(fullgraph=True)` once per kind of call in a process (`kind`: grad mode, dtypes, the shapes it is
+    specialised to), at the first call of that kind (its operations fused into a few kernels, its backward too), and
+    runs as written instead where a compiled call cannot or should not run:
 
     - inside a graph being compiled or exported (`torch.compile` of a whole model, `torch.export`, `torch.onnx.export`),
       which traces it with the rest;
@@ -378,14 +380,15 @@ class Fused:
     - wherever torch's own switches turn compiling off (`compiling_switched_off`: `TORCH_COMPILE_DISABLE=1`,
       `TORCHDYNAMO_DISABLE=1`, `torch._dynamo.config.disable`, the stance `force_eager`, a caller wrapped by
       `torch.compiler.disable`), silently;
-    - for inputs of a new kind once it was compiled for as many kinds (shapes, dtypes, grad modes) as torch's
-      recompile limit allows (one warning).
+    - for a kind of call whose compiled function torch stopped recompiling (its recompile limit, which one graph per
+      kind does not reach unless something beyond the kind changes, such as the device: one warning for the process).
 
     `dynamic_dims` names the dimensions of tensor arguments that vary from call to call (`{"x": (0, 1)}`: the first
     two of argument `x`): they are compiled as symbols, every other dimension as the constant it is (`dynamic=False`
     with `torch._dynamo.maybe_mark_dynamic`), so one graph serves every token count, and a process whose inductor
-    cache holds it (one compiled by another process on the machine) loads it instead of compiling (a size of 1 still
-    gets its own graph: torch specialises it). Without it, torch's default: static first, dynamic on a change.
+    cache holds it (one compiled by another process on the machine) loads it instead of compiling. torch specialises
+    a size of 1, so whether each such dimension is 1 is part of the kind; the argument is made contiguous (its strides
+    are part of what torch specialises to). Without `dynamic_dims`, torch's default: static first, dynamic on a change.
 
     Both run the same operations, so they agree to float rounding; the tests hold the compiled one to the eager one."""
 
@@ -402,12 +405,12 @@ class Fused:
             raise ValueError(f"dynamic_dims names {unknown}, which are not arguments of {fn.__name__}: {names}")
         self.dynamic_dims = dynamic_dims or {}
         self._dynamic_args = {names.index(name): dims for name, dims in self.dynamic_dims.items()}
-        self.compiled = None
+        self.graphs: dict[tuple, Any] = {}  # kind of call -> `fn` compiled for it, or None: that kind runs eagerly
         self.unavailable: str | None = None  # why compiling failed in this process
-        self.recompile_limit_hit = False  # whether a call ran eagerly past torch's recompile limit
+        self.recompile_limit_hit = False  # whether a kind of call runs eagerly past torch's recompile limit
 
     def active(self) -> bool:
-        """Whether a call now runs the compiled function."""
+        """Whether a call now runs a compiled function."""
         return (
             self.unavailable is None
             and not torch.compiler.is_compiling()
@@ -417,29 +420,62 @@ class Fused:
         )
 
     def compile(self):
-        """`fn` compiled as `__call__` runs it (once, at the first compiled call)."""
+        """`fn` compiled for one kind of call, as a function of its own: torch keeps the graphs of a compiled function
+        on its code object and counts them against its recompile limit (8) there, so the kinds of one function, which
+        can outnumber the limit (grad mode, and a size of 1 or not in each varying dimension), each get a copy of the
+        code."""
+        fn = self.fn
+        copy = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+        copy.__kwdefaults__ = fn.__kwdefaults__
         dynamic = False if self.dynamic_dims else None
-        return torch.compile(self.fn, fullgraph=True, dynamic=dynamic, backend=self.backend)
+        return torch.compile(copy, fullgraph=True, dynamic=dynamic, backend=self.backend)
+
+    def kind(self, args) -> tuple:
+        """What torch specialises a compiled graph to, as far as it varies within a process: the grad mode; of each
+        tensor argument its dtype, whether it requires grad, its shape (a dimension of `dynamic_dims` only as 1 or
+        not) and its strides (those of an argument with dynamic dimensions follow from its shape: it is made
+        contiguous); any other argument's value. (Not the device, which costs a microsecond a tensor to read: a model
+        moved to another device gets a second graph in the same copy.)"""
+        kind = [torch.is_grad_enabled()]
+        for index, arg in enumerate(args):
+            if not isinstance(arg, torch.Tensor):
+                kind.append(arg)
+            elif index in self._dynamic_args:
+                dynamic = self._dynamic_args[index]
+                shape = tuple(size == 1 if dim in dynamic else size for dim, size in enumerate(arg.shape))
+                kind.append((arg.dtype, arg.requires_grad, shape))
+            else:
+                kind.append((arg.dtype, arg.requires_grad, arg.shape, arg.stride()))
+        return tuple(kind)
 
     def __call__(self, *args):
         if not self.active():
             return self.fn(*args)
-        if self.compiled is None:
-            self.compiled = self.compile()
         if self._dynamic_args:
             args = list(args)
-            for index, dims in self._dynamic_args.items():
-                if isinstance(args[index], nn.Parameter):  # marked on a view: the mark stays off the model
-                    args[index] = args[index].view_as(args[index])
-                torch._dynamo.maybe_mark_dynamic(args[index], dims)
+            for index in self._dynamic_args:
+                args[index] = args[index].contiguous()
+        kind = self.kind(args)
+        if kind not in self.graphs:
+            self.graphs[kind] = self.compile()
+        graph = self.graphs[kind]
+        if graph is None:
+            return self.fn(*args)
         try:
-            result = self.compiled(*args)
+            marked = list(args)
+            for index, dims in self._dynamic_args.items():  # on a view: the mark stays off the caller's tensor
+                marked[index] = marked[index].view_as(marked[index])
+                torch._dynamo.maybe_mark_dynamic(marked[index], dims)
+            result = graph(*marked)
         except torch._dynamo.exc.FailOnRecompileLimitHit:
-            # compiled for more input kinds (shapes, dtypes, grad modes) than torch's recompile limit: the kinds
-            # compiled so far keep their graphs, a new one runs eagerly
+            # something beyond the kind changed as often as torch's recompile limit allows: this kind runs eagerly
+            # from now on (calling its compiled function again would warn again, in torch's log, at every call; a
+            # forward whose checkpointed recomputation comes after this switch saves other tensors in it and fails
+            # with torch's checkpoint error, which one graph per kind makes as rare as the limit)
+            self.graphs[kind] = None
             if not self.recompile_limit_hit:
                 self.recompile_limit_hit = True
-                logger.warning(f"{self.fn.__name__} runs eagerly for new input kinds: torch's recompile limit is hit")
+                logger.warning(f"{self.fn.__name__} runs eagerly for a kind of input: torch's recompile limit is hit")
             return self.fn(*args)
         except torch._dynamo.exc.BackendCompilerFailed as error:
             reason = getattr(error, "inner_exception", None) or error
