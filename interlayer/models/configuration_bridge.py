@@ -80,7 +80,9 @@ class BridgeFields(ZooConfigFields):
             ReLU and the last layer fused around the first layer's matrix products, forward and backward): about
             20% less time for the scorer, once a compilation per kind of call is paid in a process (seconds; a kind:
             the grad mode, a batch of one example or more, a chunk of one target token or more; lengths are
-            symbols). Same results to rounding. Computed eagerly where a compiled call cannot run: inside a model
+            symbols). Same results to rounding. A kept graph takes a second backward (`retain_graph=True`) and a
+            gradient can be differentiated again (`create_graph=True`, through the eager function, as torch cannot
+            differentiate a compiled backward). Computed eagerly where a compiled call cannot run: inside a model
             compiled or exported as a whole (traced with it), under a dispatch mode such as `FlopCounterMode`, once
             compiling failed in the process (one warning), and, silently, wherever torch's switches turn compiling
             off (`TORCH_COMPILE_DISABLE=1`, `TORCHDYNAMO_DISABLE=1`, `torch._dynamo.config.disable`, a caller wrapped

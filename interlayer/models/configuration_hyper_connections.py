@@ -82,7 +82,9 @@ class HyperConnectionFields(ZooConfigFields):
             3x fewer microseconds for the coefficients of a decoded token, once a compilation per grad mode is paid
             in a process (seconds; the number of tokens is a symbol, so a new batch or length compiles nothing, and
             a single token has a graph of its own).
-            Same results to rounding. Computed eagerly where a compiled call cannot run: inside a model compiled or
+            Same results to rounding. A kept graph takes a second backward (`retain_graph=True`) and a gradient can
+            be differentiated again (`create_graph=True`, through the eager function, as torch cannot differentiate
+            a compiled backward). Computed eagerly where a compiled call cannot run: inside a model compiled or
             exported as a whole (traced with it), under a dispatch mode such as `FlopCounterMode`, and once
             compiling failed in the process (no C++ compiler for inductor: one warning), and, silently, wherever
             torch's switches turn compiling off (`TORCH_COMPILE_DISABLE=1`, `TORCHDYNAMO_DISABLE=1`,

@@ -11,6 +11,7 @@ from .zoo_requirements import MIN_TRANSFORMERS  # noqa: F401
 
 # isort: split
 
+import contextlib
 import dataclasses
 import difflib
 import functools
@@ -365,6 +366,86 @@ def compiling_switched_off() -> bool:
     return False
 
 
+def _keeping_saved_tensors(backend):
+    """`backend` (a name or a compiler function) compiling with torch's donated buffers off: with them, the backward
+    of a compiled graph frees the tensors it saved as it runs, so that a second backward through the same graph
+    (`backward(retain_graph=True)` then `backward()`) or a gradient of the gradient (`create_graph=True`) fails ("This
+    backward function was compiled with non-empty donated buffers"). Only the graphs compiled through this function
+    are affected: the setting is read when a graph is compiled, and when a backward that keeps the graph runs
+    (`_TwiceDifferentiable.backward`)."""
+    compile_graph = torch._dynamo.lookup_backend(backend) if isinstance(backend, str) else backend
+
+    def compile_keeping_saved_tensors(graph, example_inputs):
+        with _without_donated_buffers():
+            return compile_graph(graph, example_inputs)
+
+    return compile_keeping_saved_tensors
+
+
+def _without_donated_buffers():
+    return torch._functorch.config.patch(donated_buffer=False)
+
+
+class _TwiceDifferentiable(torch.autograd.Function):
+    """A compiled graph called with grad as one autograd node: its backward is the graph's compiled backward, or, when
+    the gradient is itself to be differentiated (`backward(create_graph=True)`, `torch.autograd.grad(...,
+    create_graph=True)`: gradient penalties, Hessian-vector products), which torch cannot do through a compiled
+    backward ("torch.compile with aot_autograd does not currently support double backward"), the backward of the
+    eager function, recomputed from the saved inputs. Inside, the graph runs on detached copies of the inputs, the
+    dimensions `dynamic_args` names (`{argument index: dims}`) marked dynamic on them."""
+
+    @staticmethod
+    def forward(ctx, graph, fn, dynamic_args, *args):
+        leaves = [
+            arg.detach().requires_grad_(arg.requires_grad) if isinstance(arg, torch.Tensor) else arg for arg in args
+        ]
+        for index, dims in dynamic_args.items():
+            torch._dynamo.maybe_mark_dynamic(leaves[index], dims)
+        with torch.enable_grad():
+            outputs = graph(*leaves)
+        ctx.single = isinstance(outputs, torch.Tensor)
+        outputs = (outputs,) if ctx.single else tuple(outputs)
+        ctx.fn, ctx.graph = fn, (leaves, outputs)
+        ctx.others = [None if isinstance(arg, torch.Tensor) else arg for arg in args]
+        ctx.save_for_backward(*(arg if isinstance(arg, torch.Tensor) else None for arg in args))
+        return outputs[0].detach() if ctx.single else tuple(output.detach() for output in outputs)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        leaves, outputs = ctx.graph
+        keep = torch._C._autograd._get_current_graph_task_keep_graph()  # backward(retain_graph=True)
+        if not keep:
+            del ctx.graph
+        wanted = [index for index, leaf in enumerate(leaves) if _needs_grad(leaf)]
+        if torch.is_grad_enabled():  # create_graph=True: the eager function's backward, differentiable
+            inputs = [other if saved is None else saved for saved, other in zip(ctx.saved_tensors, ctx.others)]
+            with torch.enable_grad():
+                outputs = ctx.fn(*inputs)
+            outputs = (outputs,) if ctx.single else tuple(outputs)
+            targets, create = [inputs[index] for index in wanted], True
+        else:
+            targets, create = [leaves[index] for index in wanted], False
+        pairs = [(output, grad) for output, grad in zip(outputs, grads) if output.requires_grad]
+        # torch checks again when a compiled backward runs with the graph kept, against its global setting
+        with _without_donated_buffers() if keep and not create else contextlib.nullcontext():
+            computed = torch.autograd.grad(
+                [output for output, _ in pairs],
+                targets,
+                [grad for _, grad in pairs],
+                retain_graph=keep or create,
+                create_graph=create,
+                allow_unused=True,
+            )
+        result = [None] * len(leaves)
+        for index, grad in zip(wanted, computed):
+            result[index] = grad
+        return None, None, None, *result
+
+
+def _needs_grad(arg) -> bool:
+    return isinstance(arg, torch.Tensor) and arg.requires_grad
+
+
 class Fused:
     """`fn` computed as one compiled graph where compiling works, else eagerly: the function is compiled with
     `torch.compile(fullgraph=True)` once per kind of call in a process (`kind`: grad mode, dtypes, the shapes it is
@@ -381,7 +462,12 @@ class Fused:
       `TORCHDYNAMO_DISABLE=1`, `torch._dynamo.config.disable`, the stance `force_eager`, a caller wrapped by
       `torch.compiler.disable`), silently;
     - for a kind of call whose compiled function torch stopped recompiling (its recompile limit, which one graph per
-      kind does not reach unless something beyond the kind changes, such as the device: one warning for the process).
+      kind does not reach unless something beyond the kind changes, such as the device: one warning for the process);
+    - under a functorch transform (`vmap`, `torch.func.grad`).
+
+    With grad, a call is one autograd node (`_TwiceDifferentiable`): its graphs keep what they save for backward
+    (`_keeping_saved_tensors`), so a graph kept by `backward(retain_graph=True)` takes a second backward, and a
+    gradient that is itself differentiated (`create_graph=True`) goes through the eager function's backward.
 
     `dynamic_dims` names the dimensions of tensor arguments that vary from call to call (`{"x": (0, 1)}`: the first
     two of argument `x`): they are compiled as symbols, every other dimension as the constant it is (`dynamic=False`
@@ -416,6 +502,9 @@ class Fused:
             and not torch.compiler.is_compiling()
             and not is_in_torch_dispatch_mode()
             and not torch.jit.is_tracing()
+            # vmap, grad, jacrev: torch cannot differentiate a compiled graph twice (`_TwiceDifferentiable`), and a
+            # custom autograd function under them needs rules of its own; the eager function needs none
+            and torch._C._functorch.peek_interpreter_stack() is None
             and not compiling_switched_off()
         )
 
@@ -428,7 +517,7 @@ class Fused:
         copy = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
         copy.__kwdefaults__ = fn.__kwdefaults__
         dynamic = False if self.dynamic_dims else None
-        return torch.compile(copy, fullgraph=True, dynamic=dynamic, backend=self.backend)
+        return torch.compile(copy, fullgraph=True, dynamic=dynamic, backend=_keeping_saved_tensors(self.backend))
 
     def kind(self, args) -> tuple:
         """What torch specialises a compiled graph to, as far as it varies within a process: the grad mode; of each
@@ -462,11 +551,14 @@ class Fused:
         if graph is None:
             return self.fn(*args)
         try:
-            marked = list(args)
-            for index, dims in self._dynamic_args.items():  # on a view: the mark stays off the caller's tensor
-                marked[index] = marked[index].view_as(marked[index])
-                torch._dynamo.maybe_mark_dynamic(marked[index], dims)
-            result = graph(*marked)
+            if torch.is_grad_enabled() and any(isinstance(arg, torch.Tensor) and arg.requires_grad for arg in args):
+                result = _TwiceDifferentiable.apply(graph, self.fn, self._dynamic_args, *args)
+            else:
+                marked = list(args)
+                for index, dims in self._dynamic_args.items():  # on a view: the mark stays off the caller's tensor
+                    marked[index] = marked[index].view_as(marked[index])
+                    torch._dynamo.maybe_mark_dynamic(marked[index], dims)
+                result = graph(*marked)
         except torch._dynamo.exc.FailOnRecompileLimitHit:
             # something beyond the kind changed as often as torch's recompile limit allows: this kind runs eagerly
             # from now on (calling its compiled function again would warn again, in torch's log, at every call; a
@@ -484,6 +576,19 @@ class Fused:
             return self.fn(*args)
         Fused.compiled_calls += 1
         return result
+
+
+def dot_product_attention(query, key, value, keep, dropout: float, implementation: str | None) -> torch.Tensor:
+    """A mechanism's own multi-head attention `softmax(q k^T / sqrt(d)) v` (`[..., heads, tokens, head_dim]`), `keep`
+    a boolean mask broadcast over the scores (True: attended): torch's SDPA, or, where the model's attention
+    implementation is `"eager"`, the same written out, as the stock eager attention computes it, which can be
+    differentiated twice (torch's SDPA kernels on CPU have no second derivative: a gradient penalty needs eager)."""
+    if implementation != "eager":
+        return nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=keep, dropout_p=dropout)
+    scores = query @ key.transpose(-1, -2) / math.sqrt(query.shape[-1])
+    if keep is not None:
+        scores = scores.masked_fill(~keep, torch.finfo(scores.dtype).min)
+    return nn.functional.dropout(scores.softmax(-1), dropout) @ value
 
 
 class StatsAccumulator(nn.Module):
