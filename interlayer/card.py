@@ -14,6 +14,7 @@ import transformers
 
 from .models.zoo_common import hub_id, logger, mechanism_field_names, stock_function_words
 from .models.zoo_requirements import MIN_TRANSFORMERS, TESTED_TRANSFORMERS
+from .saving import save_file_atomically
 
 
 def mechanism_settings(config) -> dict[str, Any]:
@@ -39,8 +40,7 @@ def write_model_card(model, save_directory, name=None, untrained: bool | None = 
     parameters, `is_untrained_conversion()`). `model.card_data` (a dict, optional) adds `license` (a Hub license
     id, such as `"apache-2.0"`; by default the stock checkpoint's, read from its model card when it has one),
     `datasets`, `metrics` (name -> value), free `notes`, and `base_model` (a Hub id, for a model converted from a
-    local copy of a Hub checkpoint). The file is written to a temporary name and renamed, so an interrupted save
-    never leaves half a card.
+    local copy of a Hub checkpoint). The file is written whole or not at all (`save_file_atomically`).
     """
     config = model.config
     extra = getattr(model, "card_data", None) or {}
@@ -111,12 +111,12 @@ def write_model_card(model, save_directory, name=None, untrained: bool | None = 
         "```",
         "",
     ]
-    path = os.path.join(str(save_directory), "README.md")
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write("\n".join(lines))
-    os.replace(tmp, path)
-    return path
+
+    def write(staged):
+        with open(staged, "w", encoding="utf-8") as f:
+            f.write("\n".join(lines))
+
+    return save_file_atomically(os.path.join(str(save_directory), "README.md"), write)
 
 
 def stock_function_statement(model) -> str:

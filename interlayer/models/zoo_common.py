@@ -1,6 +1,6 @@
 """Behaviour shared by every interlayer mechanism: config conventions, conversion from stock checkpoints,
-statistics for watching a mechanism, and saving (the model card itself is written by the interlayer package,
-`interlayer/card.py`, which saved folders do not ship: `interlayer_library`).
+statistics for watching a mechanism, and saving (the model card and the staged, locked save are the interlayer
+package's, `interlayer/card.py` and `interlayer/saving.py`, which saved folders do not ship: `interlayer_library`).
 
 This file sits in the same folder as the configuration and modeling files that import it, so that
 `save_pretrained` ships it with the remote code (a parent-relative import would break `trust_remote_code`).
@@ -18,15 +18,12 @@ import functools
 import hashlib
 import inspect
 import itertools
-import json
 import logging
 import math
 import os
 import re
-import shutil
 import sys
 import types
-import warnings
 from typing import Any, ClassVar
 
 import torch
@@ -675,17 +672,16 @@ def has_parameter_prefix(name: str, prefix: str) -> bool:
     return bool(prefix) and any(part.startswith(prefix) for part in name.split("."))
 
 
-# --- what the interlayer package adds: the model card and the conversion report ----------------------------------
-
-INTERLAYER_LIBRARY = "interlayer.card"
+# --- what the interlayer package adds: the model card, the conversion report, staged saves -----------------------
 
 
-def interlayer_library():
-    """The module `interlayer.card` (the model card writer, the conversion report, the stock checkpoint's license) when
-    the interlayer package is imported in this process, else None. Saved folders do not ship it: a model loaded as
-    remote code in a process without interlayer loads, runs and saves the same, with no card written. Looked up by
+def interlayer_library(part: str = "card"):
+    """The module `interlayer.PART` when the interlayer package is imported in this process, else None: `card` (the
+    model card writer, the conversion report, the stock checkpoint's license) or `saving` (staged saves under a lock,
+    `interlayer/saving.py`). Saved folders do not ship them: a model loaded as remote code in a process without
+    interlayer loads and runs the same, and saves in place, as transformers does, with no card written. Looked up by
     name, not registered here: remote code runs its own copy of this file, which the package's import does not reach."""
-    return sys.modules.get(INTERLAYER_LIBRARY)
+    return sys.modules.get(f"interlayer.{part}")
 
 
 def is_interlayer_card(path) -> bool:
@@ -724,14 +720,9 @@ class ZooModelMixin:
         conversion) also remembers the parameters' state, so that the model card can say whether the saved model is
         still the untrained conversion. A folder missing because a save into it was cut between its two renames is
         refused with what to do."""
-        if isinstance(pretrained_model_name_or_path, (str, os.PathLike)):
-            path = os.fspath(pretrained_model_name_or_path)
-            if not os.path.exists(path) and any(os.path.isdir(f) for f in staging_folders(path)):
-                raise OSError(
-                    f"{path} is missing: a save into it was interrupted while swapping it into place (the model is in "
-                    f"{' or '.join(staging_folders(path))}). Save into it again, or run "
-                    f"`interlayer.zoo.recover_interrupted_save({path!r})`, which puts the complete model back."
-                )
+        saving = interlayer_library("saving")
+        if saving is not None and isinstance(pretrained_model_name_or_path, (str, os.PathLike)):
+            saving.refuse_interrupted_swap(os.fspath(pretrained_model_name_or_path))
         return cls._load(pretrained_model_name_or_path, pretrained_model_name_or_path, *args, **kwargs)
 
     @classmethod
@@ -882,33 +873,25 @@ class ZooModelMixin:
         }
 
     def save_pretrained(self, save_directory, *args, **kwargs):
-        """The stock method, safe against interruption, then the model card.
+        """The stock method, safe against interruption and other processes saving into the folder, then the model card.
 
         `auto_map` names every class of this model's file registered for an Auto class (the base model too), so any
-        Auto class loads the folder with `trust_remote_code=True`. Everything is written into a hidden folder beside
-        `save_directory` that then takes its place (`swap_into_place`), so a save killed at any moment leaves the
-        previous model or the new one, never a mix of their weight shards. What else the folder holds (a Trainer's
-        checkpoints and logs, a tokenizer) is kept; the previous model's weight files are not. A folder that cannot be
-        staged beside (`can_stage_beside`: a mount point, the working directory, a parent without write access) is
-        written in place with a warning; a process that does not write (`is_main_process=False`, a rank other than
-        0) and a distributed or tensor-parallel checkpoint write in place, as transformers does."""
+        Auto class loads the folder with `trust_remote_code=True`. Everything is written into a hidden folder of this
+        save's own beside `save_directory` that then takes its place under a lock (`interlayer.saving`), so a save
+        killed at any moment, or several processes saving at once, leave one model whole, never a mix of their weight
+        shards. What else the folder holds (a Trainer's checkpoints and logs, a tokenizer) is kept; the previous
+        model's weight files are not. A folder that cannot be staged beside (`can_stage_beside`: a mount point, the
+        working directory, a parent without write access) is written in place with a warning; a process that does
+        not write (`is_main_process=False`, a rank other than 0), a distributed or tensor-parallel checkpoint, and
+        remote code in a process without the interlayer package write in place, as transformers does."""
         self.config.auto_map = {**(getattr(self.config, "auto_map", None) or {}), **self._sibling_auto_map()}
         save_directory = os.fspath(save_directory)
+        saving = interlayer_library("saving")
+        if saving is None or not self._writes_alone(kwargs):
+            return self.save_unstaged(save_directory, *args, **kwargs)
         if kwargs.get("push_to_hub"):  # the Hub repository is named after the folder, not after its staging name
             kwargs.setdefault("repo_id", os.path.basename(os.path.abspath(save_directory)))
-        if not self._writes_alone(kwargs):
-            return self.save_unstaged(save_directory, *args, **kwargs)
-        if not can_stage_beside(save_directory):
-            warn_saving_in_place(save_directory)
-            return self.save_unstaged(save_directory, *args, **kwargs)
-        results, folder_name = [], os.path.basename(os.path.realpath(save_directory))
-        swap_into_place(
-            save_directory,
-            lambda staging: results.append(self.save_unstaged(staging, *args, card_name=folder_name, **kwargs)),
-            # a card of the previous weights would describe the new ones wrongly: it goes, with or without a new one
-            keep=lambda name: not is_weights_file(name) and not is_interlayer_card(os.path.join(save_directory, name)),
-        )
-        return results[0]
+        return saving.save_model_staged(self, save_directory, *args, **kwargs)
 
     def save_unstaged(self, save_directory, *args, card_name=None, **kwargs):
         """`save_pretrained` written straight into `save_directory` (no staging folder), then the model card, whose
@@ -1060,132 +1043,6 @@ def tensor_checksum(tensor: torch.Tensor) -> str:
 def parameter_checksums(named_tensors) -> dict[str, tuple]:
     """`{name: (shape, tensor_checksum)}` for `(name, tensor)` pairs (`model.named_parameters()`)."""
     return {name: (tuple(t.shape), tensor_checksum(t)) for name, t in named_tensors}
-
-
-# --- saving a folder safely ----------------------------------------------------------------------------------------
-
-_STAGING_JOURNAL = ".interlayer-carried.json"  # in a complete staging folder: the entries carried over from the old one
-_WEIGHTS_FILE = re.compile(
-    r"(model|pytorch_model)(\.[\w-]+)?(-\d{5}-of-\d{5})?\.(safetensors|bin)"
-    r"|(model|pytorch_model)\.(safetensors|bin)(\.[\w-]+)?\.index(\.[\w-]+)?\.json"
-)
-
-
-def is_weights_file(name: str) -> bool:
-    """Whether `name` is a file of the model weights `save_pretrained` writes (`model.safetensors`, its shards
-    `model-00001-of-00004.safetensors` and index, their variants, and the `pytorch_model` forms)."""
-    return _WEIGHTS_FILE.fullmatch(name) is not None
-
-
-def staging_folders(output_dir) -> tuple[str, str]:
-    """The hidden folders beside `output_dir` that a safe save writes the new model into and parks the old one in
-    while it swaps them: `.NAME.interlayer-new` and `.NAME.interlayer-old`."""
-    parent, name = os.path.split(os.path.realpath(os.fspath(output_dir)))
-    return os.path.join(parent, f".{name}.interlayer-new"), os.path.join(parent, f".{name}.interlayer-old")
-
-
-def can_stage_beside(output_dir) -> bool:
-    """Whether a save into `output_dir` can be staged beside it: on a POSIX system (where a folder with open files,
-    such as a Trainer's TensorBoard logs, can be renamed, and a rename replaces an empty folder), when it is not a
-    mount point (which cannot be renamed), nor the working directory or a folder above it, and its parent (or the
-    nearest folder above that exists) can be written."""
-    target = os.path.realpath(os.fspath(output_dir))
-    parent = os.path.dirname(target)
-    while not os.path.isdir(parent) and os.path.dirname(parent) != parent:
-        parent = os.path.dirname(parent)
-    cwd = os.path.realpath(os.getcwd())
-    holds_cwd = cwd == target or cwd.startswith(target + os.sep)  # renamed away, it would leave the process nowhere
-    return os.name == "posix" and not os.path.ismount(target) and not holds_cwd and os.access(parent, os.W_OK)
-
-
-def warn_saving_in_place(output_dir) -> None:
-    logger.warning(
-        f"{output_dir} cannot be saved through a folder beside it (a mount point, the working directory or a folder "
-        "above it, a parent without write access, or not a POSIX system): saving in place, as transformers does; a "
-        "save interrupted there can leave a folder that mixes two models."
-    )
-
-
-def _remove(path: str) -> None:
-    if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path, ignore_errors=True)
-    elif os.path.lexists(path):
-        os.remove(path)
-
-
-def recover_interrupted_save(output_dir) -> None:
-    """Finish or undo what a save killed part-way left behind, so that `output_dir` holds a whole model: a complete
-    staging folder whose swap was cut between its two renames goes into place; a complete one whose swap had not
-    started gives back the entries carried into it and is removed; an incomplete one is removed; the previous model
-    parked in `.NAME.interlayer-old` goes back if `output_dir` is missing, and is removed otherwise."""
-    output_dir = os.path.realpath(os.fspath(output_dir))
-    new, old = staging_folders(output_dir)
-    journal = os.path.join(new, _STAGING_JOURNAL)
-    if os.path.isfile(journal):
-        if not os.path.exists(output_dir):
-            os.replace(new, output_dir)
-        else:
-            with open(journal, encoding="utf-8") as f:
-                carried = json.load(f)
-            for name in carried:
-                if os.path.lexists(os.path.join(new, name)) and not os.path.lexists(os.path.join(output_dir, name)):
-                    os.replace(os.path.join(new, name), os.path.join(output_dir, name))
-    _remove(new)
-    if os.path.isdir(old):
-        if os.path.exists(output_dir):
-            _remove(old)
-        else:
-            os.replace(old, output_dir)
-    if os.path.isdir(output_dir) and os.path.lexists(os.path.join(output_dir, _STAGING_JOURNAL)):
-        os.remove(os.path.join(output_dir, _STAGING_JOURNAL))
-
-
-def swap_into_place(output_dir, write, keep=None) -> str:
-    """Write a folder safely: `write(staging)` fills a hidden folder beside `output_dir`, which then takes its place,
-    so that a process killed at any moment leaves `output_dir` with the previous content or the new, never a mix.
-
-    `keep(name) -> bool` names entries of the existing folder to carry into the new one (those the new one does not
-    have): they are listed in a journal in the staging folder, then moved, then the old folder is parked as
-    `.NAME.interlayer-old` and the staging folder renamed into place. An exception puts everything back; after a
-    kill, `recover_interrupted_save` (which the next save into the folder runs first) finishes the swap or undoes it
-    from the journal. Returns the folder's path."""
-    output_dir = os.path.realpath(os.fspath(output_dir))
-    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
-        raise FileExistsError(f"{output_dir} exists and is not a folder.")
-    recover_interrupted_save(output_dir)
-    new, old = staging_folders(output_dir)
-    os.makedirs(new)
-    carried: list[str] = []
-    try:
-        write(new)
-        if os.path.isdir(output_dir):
-            shutil.copymode(output_dir, new)  # the folder keeps its permissions (a group-writable shared folder)
-        if keep is not None and os.path.isdir(output_dir):
-            present = set(os.listdir(new))
-            carried = sorted(n for n in os.listdir(output_dir) if n not in present and keep(n))
-        with open(os.path.join(new, _STAGING_JOURNAL + ".tmp"), "w", encoding="utf-8") as f:
-            json.dump(carried, f)
-        os.replace(os.path.join(new, _STAGING_JOURNAL + ".tmp"), os.path.join(new, _STAGING_JOURNAL))
-        for name in carried:
-            os.replace(os.path.join(output_dir, name), os.path.join(new, name))
-        if os.path.exists(output_dir):
-            os.replace(output_dir, old)
-        os.replace(new, output_dir)
-    except BaseException:
-        if os.path.isdir(old) and not os.path.exists(output_dir):
-            os.replace(old, output_dir)
-        if os.path.isdir(new):  # the swap did not happen: what was carried goes back
-            for name in carried:
-                if os.path.lexists(os.path.join(new, name)):
-                    os.replace(os.path.join(new, name), os.path.join(output_dir, name))
-            _remove(new)
-        raise
-    os.remove(os.path.join(output_dir, _STAGING_JOURNAL))
-    if os.path.exists(old):
-        _remove(old)
-        if os.path.exists(old):
-            warnings.warn(f"The model is saved in {output_dir}, but the previous one could not be removed from {old}.")
-    return output_dir
 
 
 # --- the card's metadata -------------------------------------------------------------------------------------------

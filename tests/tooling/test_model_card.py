@@ -338,14 +338,16 @@ def test_the_tested_transformers_releases_are_the_installed_range():
 
 
 def test_saved_folder_ships_no_card_writing_code(tmp_path):
-    """The model card and the conversion report are written by the interlayer package (`interlayer/card.py`); the
-    folder `save_pretrained` writes ships the modeling code only."""
+    """The model card and the conversion report are written by the interlayer package (`interlayer/card.py`), and the
+    staged, locked save is the package's too (`interlayer/saving.py`); the folder `save_pretrained` writes ships the
+    modeling code only."""
     build_stock_llama(str(tmp_path / "stock"))
     LlamaLatentForCausalLM.from_pretrained(tmp_path / "stock").save_pretrained(tmp_path / "out")
     shipped = {path.name: path.read_text() for path in (tmp_path / "out").glob("*.py")}
-    assert "modeling_latent.py" in shipped and "zoo_common.py" in shipped and "card.py" not in shipped
+    assert "modeling_latent.py" in shipped and "zoo_common.py" in shipped
+    assert "card.py" not in shipped and "saving.py" not in shipped
     for name, code in shipped.items():
-        for definition in ("def write_model_card", "def report_conversion", "def stock_license"):
+        for definition in ("def write_model_card", "def report_conversion", "def stock_license", "def swap_into_place"):
             assert definition not in code, f"{name} ships {definition}"
     assert "## Parameters" in (tmp_path / "out" / "README.md").read_text()  # written by the package in this process
 
