@@ -714,6 +714,17 @@ class ZooModelMixin:
     # output magnitude in float32: 0 for a mechanism that computes it bit for bit (`stock_function_words`)
     stock_function_tolerance: ClassVar[float] = 0.0
 
+    def post_init(self):
+        """The stock `post_init`, then the model's Hub tags (`hub_tags`) in `model_tags`, which transformers'
+        `push_to_hub` and the `Trainer`'s draft card keep (as PEFT and TRL tag theirs)."""
+        super().post_init()
+        self.add_model_tags(self.hub_tags())
+
+    def hub_tags(self) -> list[str]:
+        """The tags that name the model on the Hub: `interlayer` and its mechanism (`hyper-connections`,
+        `latent-back-projection`)."""
+        return ["interlayer", self.mechanism_name.lower().replace(" ", "-")]
+
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
         """The stock `from_pretrained`, then the mechanism's `finish_loading`. Loading a stock checkpoint (a
