@@ -82,10 +82,14 @@ class HyperConnectionFields(ZooConfigFields):
             3x fewer microseconds for the coefficients of a decoded token, once a compilation per grad mode is paid
             in a process (seconds; the number of tokens is a symbol, so a new batch or length compiles nothing, and
             a single token has a graph of its own).
-            Same results to rounding. Computed eagerly where a compiled call cannot run: inside a model compiled or
+            Same results to rounding. A kept graph takes a second backward (`retain_graph=True`) and a gradient can
+            be differentiated again (`create_graph=True`, through the eager function, as torch cannot differentiate
+            a compiled backward). Computed eagerly where a compiled call cannot run: inside a model compiled or
             exported as a whole (traced with it), under a dispatch mode such as `FlopCounterMode`, and once
-            compiling failed in the process (no C++ compiler for inductor: one warning); `TORCH_COMPILE_DISABLE=1`
-            turns it off with every other compilation. Ignored in the other modes, where a compiled call costs more
+            compiling failed in the process (no C++ compiler for inductor: one warning), and, silently, wherever
+            torch's switches turn compiling off (`TORCH_COMPILE_DISABLE=1`, `TORCHDYNAMO_DISABLE=1`,
+            `torch._dynamo.config.disable`, a caller wrapped by `torch.compiler.disable`, the stance `force_eager`).
+            Ignored in the other modes, where a compiled call costs more
             than the eager operations, and at `hc_streams=1` (one stream has nothing to mix).
         hc_implementation (`str`, defaults to `"fast"`): how the hyper-connections compute their equation.
             `"eager"`: `HyperConnection.forward` of modeling_hyper_connections.py, the equation as written (the
