@@ -20,6 +20,8 @@ outputs and every gradient, in every mode, with and without the stream recomputa
 - without grad, static coefficients computed once and reused until a parameter changes;
 - `CompositeGain` and the deferred statistics: every sublayer hands its coefficients over, and the mean
   coefficients and the worst composite gain of the forward are computed once at its end (`ForwardPassMachinery`).
+- on CUDA (`hc_kernels`, the default), the boundary with the Triton kernels instead: `forward` hands over to
+  hyper_connections_kernels.py where `kernels_for` says so, with the same stream recomputation and statistics.
 
 This file imports the maths it shares with the equation from hyper_connections_maths.py, never the modeling file,
 which imports it (no cycle); `save_pretrained` ships the three files together.
