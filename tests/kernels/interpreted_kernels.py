@@ -123,6 +123,28 @@ def test_projection_equals_rms_norm_then_linear():
         _compare([mix], [rms_norm(x.float()) @ weight], (x, weight), f"projection {dtype}")
 
 
+def test_operators_pass_torch_opcheck():
+    """Every operator passes `torch.library.opcheck`: its schema, its autograd registration, its fake implementation
+    and AOT dispatch with dynamic shapes (what `torch.compile` traces, backward included), with per-token and static
+    coefficients."""
+    g = torch.Generator().manual_seed(3)
+    k = 2
+    h, y = torch.randn(3, k, 8, generator=g).requires_grad_(), torch.randn(3, 8, generator=g).requires_grad_()
+    post, res = torch.randn(k, generator=g).requires_grad_(), torch.randn(k, k, generator=g).requires_grad_()
+    base, scale = torch.randn(k * (k + 2), generator=g).requires_grad_(), torch.rand(3, generator=g).requires_grad_()
+    mix = torch.randn(3, k * (k + 2), generator=g).requires_grad_()
+    cases = [
+        (kernels.read_in_op, (h, torch.randn(3, k, generator=g).requires_grad_())),
+        (kernels.write_op, (h, y, post, res)),
+        (kernels.seed_maps_op, (mix, base, scale, k, ITERS)),
+        (kernels.seed_maps_op, (None, base, scale, k, ITERS)),
+        (kernels.deepseek_maps_op, (mix, base, scale, k, ITERS)),
+        (kernels.mm_norm_op, (h.detach().flatten(1).requires_grad_(), torch.randn(k * 8, 8, generator=g))),
+    ]
+    for op, args in cases:
+        torch.library.opcheck(op, args)
+
+
 @pytest.fixture(scope="module")
 def stock_llama(tmp_path_factory):
     folder = str(tmp_path_factory.mktemp("stock_llama"))
