@@ -20,6 +20,11 @@ import warnings
 
 from .models.zoo_common import is_interlayer_card, logger
 
+try:
+    import fcntl
+except ImportError:  # not a POSIX system: no locks (`_save_lock`), and folders are saved in place
+    fcntl = None
+
 # A save writes a folder (or a file) of its own beside the target and swaps it into place under a lock that every save
 # into that target takes (`swap_into_place`, `save_file_atomically`): whatever the number of processes saving into one
 # folder, and whenever any of them is killed, the folder holds one save whole (the last to swap), and nothing of the
@@ -80,9 +85,11 @@ def _save_lock(target):
     """Held while a save into `target` starts its staging folder, swaps it into place, or recovers what a killed save
     left: the file `.NAME.interlayer-lock` beside it, locked with `flock` (which the system releases when a process
     dies). The holder removes the file before releasing it, so nothing is left beside the target; a process that was
-    waiting on the removed file finds it gone and locks a new one."""
-    import fcntl  # POSIX only: on other systems saves are not staged (`can_stage_beside`)
-
+    waiting on the removed file finds it gone and locks a new one. Where there is no `flock` (not a POSIX system),
+    no lock: folders are not staged there (`can_stage_beside`), and one file is still replaced whole."""
+    if fcntl is None:
+        yield
+        return
     path = _beside(target, "lock")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     while True:
@@ -108,8 +115,6 @@ def _start_staging(target) -> tuple[str, int]:
     """A staging folder of this save's own beside `target` (`.NAME.interlayer-new-` and 8 random hex digits; made
     with the user's umask, as the folder it becomes) and its writer lock, held by this process until it is closed.
     Call under `_save_lock`, so that no recovery takes the folder between the two for one a dead process left."""
-    import fcntl  # POSIX only: on other systems saves are not staged (`can_stage_beside`)
-
     while True:
         staging = _beside(target, f"new-{secrets.token_hex(4)}")
         try:
@@ -118,15 +123,17 @@ def _start_staging(target) -> tuple[str, int]:
         except FileExistsError:
             continue
     writer = os.open(os.path.join(staging, _STAGING_WRITER), os.O_RDWR | os.O_CREAT, 0o600)
-    fcntl.flock(writer, fcntl.LOCK_EX)
+    if fcntl is not None:
+        fcntl.flock(writer, fcntl.LOCK_EX)
     return staging, writer
 
 
 def _abandoned(staging: str) -> bool:
     """Whether no living process writes the staging folder `staging` (its writer lock is free, or gone with the
-    swap that a kill cut short)."""
-    import fcntl  # POSIX only: on other systems saves are not staged (`can_stage_beside`)
-
+    swap that a kill cut short). Without `flock` (not a POSIX system) none is taken for abandoned: what a killed
+    writer staged stays."""
+    if fcntl is None:
+        return False
     try:
         fd = os.open(os.path.join(staging, _STAGING_WRITER), os.O_RDWR)
     except FileNotFoundError:

@@ -353,3 +353,19 @@ def test_processes_writing_one_record_at_once_leave_one_record_whole(tmp_path):
     write_json_atomically(path, {"writer": "last"})
     assert json.loads(path.read_text()) == {"writer": "last"}
     assert os.listdir(path.parent) == ["seed0.json"]
+
+
+def test_a_record_is_written_whole_where_the_system_has_no_flock(tmp_path, monkeypatch):
+    """Without `fcntl` (not a POSIX system) one file is still written through its staging folder and replaced whole,
+    with nothing left beside it; only the lock between processes is missing."""
+    import sys
+
+    from interlayer import saving
+
+    monkeypatch.setitem(sys.modules, "fcntl", None)
+    monkeypatch.setattr(saving, "fcntl", None)
+    record = tmp_path / "record.json"
+    for value in range(2):
+        saving.save_file_atomically(record, lambda path, value=value: open(path, "w").write(json.dumps(value)))
+    assert json.loads(record.read_text()) == 1
+    assert sorted(os.listdir(tmp_path)) == ["record.json"]
