@@ -215,6 +215,7 @@ class Olmo2MHCConfig(ZooConfigMixin, Olmo2Config, HyperConnectionFields):
 
     model_type = "olmo2_mhc"
     stock_model_types = ("olmo2",)
+    branch_input_norms = False
 
 
 @zoo_config
