@@ -762,3 +762,84 @@ register_mechanism(
         ConfigError(dict(bridge_layers=["feedforward"], identity_init=True), r"'feedforward' bridge layer cannot"),
     ),
 )
+_DEPTH = dict(identity_init=False)
+register_mechanism(
+    name="depth-routing",
+    configuration="configuration_depth_routing",
+    modeling="modeling_depth_routing",
+    parameter_prefix="depth_",
+    statistics_prefix="depth/",
+    docs_page="depth_routing.md",
+    pictures=(
+        Picture(
+            "depth weights",
+            "depth_weights.png",
+            draw.depth_weights,
+            absent="the form weighs no earlier outputs (value residual, LAuReL)",
+        ),
+        Picture(
+            "depth gates",
+            "depth_gates.png",
+            draw.depth_gates,
+            absent="the form has no per-layer weights (DenseFormer's averages and MUDD are drawn as maps)",
+        ),
+    ),
+    classes=DecoderClasses(
+        infix="DepthRouting",
+        model_type_suffix="depth_routing",
+        fields="DepthRoutingFields",
+        layer_mixin="DepthRoutingLayerMixin",
+        model_mixin="DepthRoutingModelMixin",
+        lm_mixin="DepthRoutingForCausalLMMixin",
+    ),
+    bench_cases={
+        "depth-dwa": BenchCase("llama", options=dict(depth_form="dwa", freeze_base=False)),
+        "depth-mudd": BenchCase("llama", options=dict(depth_form="mudd", freeze_base=False)),
+        "depth-attention-residual": BenchCase(
+            "llama", options=dict(depth_form="attention_residual", freeze_base=False)
+        ),
+        "depth-value-residual": BenchCase("llama", options=dict(depth_form="value_residual", freeze_base=False)),
+        "depth-laurel": BenchCase("llama", options=dict(depth_form="laurel", freeze_base=False)),
+    },
+    # the forms varied across the families (each on one with separate and one with fused projections where the form
+    # reads them: MUDD's key and value inputs, the value residual's values)
+    examples=(
+        Example("LlamaDWA", "llama", dict(_DEPTH, depth_form="dwa")),
+        Example("Olmo2DilatedDWA", "olmo2", dict(_DEPTH, depth_form="dwa", dwa_dilation=2, dwa_period=2)),
+        Example("Qwen3MUDD", "qwen3", dict(_DEPTH, depth_form="mudd")),
+        Example("GPT2MUDD", "gpt2", dict(_DEPTH, depth_form="mudd", mudd_ways=["k", "v", "r"])),
+        Example(
+            "Qwen2AttentionResidual",
+            "qwen2",
+            dict(_DEPTH, depth_form="attention_residual", attention_residual_gate_init=0.5),
+            distributed=True,  # both its pictures: the weights over the sources, the gates
+        ),
+        Example("Phi3ValueResidual", "phi3", dict(_DEPTH, depth_form="value_residual")),
+        Example("MistralNormedLowRankLaurel", "mistral", dict(_DEPTH, depth_form="laurel", laurel_norm=True)),
+        Example("Gemma2ResidualWeightLaurel", "gemma2", dict(_DEPTH, depth_form="laurel", laurel_form="rw")),
+        Example(
+            "Gemma3TextPreviousActivationLaurel", "gemma3_text", dict(_DEPTH, depth_form="laurel", laurel_form="pa")
+        ),
+    ),
+    config_errors=(
+        ConfigError(dict(depth_form="densenet"), r"depth_form.*'dwa'.*got '?densenet"),
+        ConfigError(dict(dwa_dilation=0), r"dwa_dilation.*>= 1.*got 0"),
+        ConfigError(dict(dwa_period=0), r"dwa_period.*>= 1.*got 0"),
+        ConfigError(dict(mudd_ways=["q", "x"]), r"mudd_ways\[1\].*'k'.*got 'x'"),
+        ConfigError(dict(mudd_ways=["q", "q"]), r"mudd_ways.*must not repeat"),
+        ConfigError(dict(mudd_ways=[]), r"mudd_ways.*non-empty"),
+        ConfigError(dict(laurel_rank=0), r"laurel_rank.*>= 1.*got 0"),
+        ConfigError(dict(laurel_form="xl"), r"laurel_form.*'rw'.*got '?xl"),
+        ConfigError(dict(laurel_previous=0), r"laurel_previous.*>= 1.*got 0"),
+        ConfigError(
+            dict(attention_residual_variant="full", attention_residual_block_size=2, identity_init=False),
+            r"attention_residual_block_size.*delta variant.*got attention_residual_block_size=2",
+        ),
+        ConfigError(
+            dict(depth_form="attention_residual", attention_residual_variant="full"),
+            r"identity_init=True.*attention_residual_variant='full'",
+        ),
+        ConfigError(dict(depth_form="value_residual", value_residual_mix="half"), r"identity_init=True.*'half'"),
+        ConfigError(dict(freeze_base="no"), r"freeze_base"),
+    ),
+)

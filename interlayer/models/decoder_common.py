@@ -138,8 +138,8 @@ def build_stack(model: nn.Module, family: DecoderFamily, config, layer_class: ty
 class StackRun:
     """One forward through a decoder stack: what every layer takes besides its input (the mask and rotary position
     embeddings of its attention type, the position ids, the cache and the stock keywords), the hidden states recorded
-    for `output_hidden_states` (None when not asked), and `saved`, where a mechanism keeps what later layers of the
-    same forward read (earlier layers' outputs, say)."""
+    for `output_hidden_states` (None when not asked), and `saved`, where a mechanism keeps, by name, what later layers
+    of the same forward read (earlier layers' outputs, say)."""
 
     model: nn.Module
     masks: dict
@@ -150,7 +150,7 @@ class StackRun:
     attention_mask: torch.Tensor | None  # as the forward was given it (the 2-d padding mask, or None)
     kwargs: dict
     hidden: list | None = None
-    saved: list = dataclasses.field(default_factory=list)
+    saved: dict = dataclasses.field(default_factory=dict)
 
     def layer(self, i: int, x, *layer_inputs, cache="run", masks=None, position_embeddings=None, **overrides):
         """Layer `i` on `x` (and the mechanism's `layer_inputs`), with the mask and position embeddings of its type

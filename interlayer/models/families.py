@@ -51,12 +51,17 @@ class Branch:
     before: tuple[str, ...] = ()
     after: tuple[str, ...] = ()
 
-    def __call__(self, layer: nn.Module, x: torch.Tensor, input_norm: bool = True, **kwargs) -> torch.Tensor:
-        kwargs = stock_cache_kwargs(kwargs)
+    def normed(self, layer: nn.Module, x: torch.Tensor, input_norm: bool = True) -> torch.Tensor:
+        """What the branch's module reads of `x`: `x` through the norms before it (none with `input_norm=False`)."""
         if not input_norm and self.input_norm(layer) is None:
             raise ValueError(f"the `{self.module}` branch of {type(layer).__name__} has no input norm to leave out")
         for name in self.before if input_norm else ():
             x = getattr(layer, name)(x)
+        return x
+
+    def __call__(self, layer: nn.Module, x: torch.Tensor, input_norm: bool = True, **kwargs) -> torch.Tensor:
+        kwargs = stock_cache_kwargs(kwargs)
+        x = self.normed(layer, x, input_norm)
         x = getattr(layer, self.module)(hidden_states=x, **kwargs) if kwargs else getattr(layer, self.module)(x)
         if isinstance(x, tuple):
             x = x[0]
@@ -127,6 +132,13 @@ class Heads:
 
     def size_of(self, attention: nn.Module) -> int:
         return operator.attrgetter(self.size)(attention)
+
+    def widths_of(self, attention: nn.Module) -> tuple[int, int, int]:
+        """The query, key and value widths of the projections (`count * size` for the queries; grouped-query
+        attention's fewer key/value heads for the keys and values)."""
+        count, size = self.count_of(attention), self.size_of(attention)
+        kv = count // getattr(attention, "num_key_value_groups", 1)
+        return count * size, kv * size, kv * size
 
 
 def attention_heads(attention: str, q: str, k: str, v: str, out: str, count: str, size: str) -> Heads:

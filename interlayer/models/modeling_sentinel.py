@@ -261,11 +261,11 @@ class DecoderSentinelModelMixin(DecoderSentinelPreTrainedMixin, DecoderStackMixi
 
     def layer_inputs(self, i: int, run: StackRun) -> tuple:
         source = self.stack_layers[i].unet_source
-        return (run.saved[source] if source is not None else None,)
+        return (run.saved["outputs"][source] if source is not None else None,)
 
     def after_layer(self, i: int, output: torch.Tensor, run: StackRun) -> torch.Tensor:
         if self.config.unet_skips:  # the outputs the decoder half's skips read
-            run.saved.append(output)
+            run.saved.setdefault("outputs", []).append(output)
         return output
 
 
