@@ -11,9 +11,29 @@ import pytest
 import torch
 from batches import lm_batch, lm_labels
 from converted_models import stream_spread
-from stock_checkpoints import build_stock_gemma2, build_stock_gpt2_decoder, build_stock_llama, build_stock_qwen3
+from stock_checkpoints import (
+    build_stock_gemma2,
+    build_stock_gemma3,
+    build_stock_gpt2_decoder,
+    build_stock_llama,
+    build_stock_mistral,
+    build_stock_olmo2,
+    build_stock_phi3,
+    build_stock_qwen2,
+    build_stock_qwen3,
+)
 
-from interlayer import Gemma2MHCForCausalLM, GPT2MHCForCausalLM, LlamaMHCForCausalLM, Qwen3MHCForCausalLM
+from interlayer import (
+    Gemma2MHCForCausalLM,
+    Gemma3TextMHCForCausalLM,
+    GPT2MHCForCausalLM,
+    LlamaMHCForCausalLM,
+    MistralMHCForCausalLM,
+    Olmo2MHCForCausalLM,
+    Phi3MHCForCausalLM,
+    Qwen2MHCForCausalLM,
+    Qwen3MHCForCausalLM,
+)
 from interlayer.models.modeling_hyper_connections import FastGatedResidual, GatedResidual
 from interlayer.native import from_native, to_native
 
@@ -598,3 +618,29 @@ def test_olmo2_refuses_the_gated_residual_at_config_creation():
     with pytest.raises(ConfigError, match=r"hc_mode='gated'.*olmo2 family.*start with none.*'independent'"):
         Olmo2MHCConfig(hc_mode="gated")
     assert not Olmo2MHCConfig.branch_input_norms and Gemma2MHCForCausalLM.config_class.branch_input_norms
+
+
+OTHER_FAMILIES = {  # the HC families beyond the Llama, Qwen3 and Gemma 2 of the rest of this file and the suite
+    "qwen2": (build_stock_qwen2, Qwen2MHCForCausalLM),
+    "mistral": (build_stock_mistral, MistralMHCForCausalLM),
+    "phi3": (build_stock_phi3, Phi3MHCForCausalLM),
+    "olmo2": (build_stock_olmo2, Olmo2MHCForCausalLM),
+    "gemma3_text": (build_stock_gemma3, Gemma3TextMHCForCausalLM),
+    "gpt2": (build_stock_gpt2_decoder, GPT2MHCForCausalLM),
+}
+
+
+@pytest.mark.parametrize("form", ["independent", "gated", "glm5_next"])
+def test_every_other_family_converts_to_the_form_as_the_stock_model(tmp_path, form):
+    """Qwen2, Mistral, Phi-3, OLMo 2, Gemma 3 text and GPT-2 convert to each 2026 form (OLMo 2 but to the gated
+    residual, which it refuses) and give the stock logits within the model's `stock_function_tolerance` of their
+    largest magnitude (0 for the gated residual at K = 4)."""
+    batch = lm_batch()
+    for family, (build, model_class) in OTHER_FAMILIES.items():
+        if form == "gated" and family == "olmo2":
+            continue
+        folder = str(tmp_path / family)
+        stock = build(folder).eval()
+        model = model_class.from_pretrained(folder, **FORMS[form]).eval()
+        scale = stock(**batch).logits.abs().max().item()
+        assert _identity_difference(model, stock, batch) <= model.stock_function_tolerance * scale, family
