@@ -162,6 +162,8 @@ def config_classes(record) -> str:
         )
         body = [*docstring(text), "", f'model_type = "{family.model_type}_{spec.model_type_suffix}"']
         body.append(f'stock_model_types = ("{family.model_type}",)')
+        if not family.input_norms:
+            body.append("branch_input_norms = False")
         if spec.family_attribute:
             body.append(f'{spec.family_attribute} = "{family.model_type}"')
         out.append(class_statement(n.config, [*spec.config_bases, stock, spec.fields], body, "zoo_config"))

@@ -473,6 +473,7 @@ register_mechanism(
     ),
 )
 _HC_NOISE = dict(hc_init_noise=0.1)
+_GATED, _HY4 = dict(hc_mode="gated"), dict(hc_mode="independent")
 register_mechanism(
     name="hyper-connections",
     configuration="configuration_hyper_connections",
@@ -500,33 +501,66 @@ register_mechanism(
         "mhc": BenchCase("llama", options=dict(hc_mode="mhc", freeze_base=False)),  # fused coefficients (default)
         "mhc-unfused": BenchCase("llama", options=dict(hc_mode="mhc", hc_fused=False, freeze_base=False)),
         "mhc-static": BenchCase("llama", options=dict(hc_mode="mhc", mhc_dynamic=False, freeze_base=False)),
+        "hc-independent": BenchCase("llama", options=dict(hc_mode="independent", freeze_base=False)),
+        # Qwen3.8's rank-to-width ratio (320 / 2048) at SmolLM2's width 576
+        "hc-gated": BenchCase("llama", options=dict(hc_mode="gated", hc_lowrank=96, freeze_base=False)),
+        "hc-gated-eager": BenchCase(
+            "llama", options=dict(hc_mode="gated", hc_lowrank=96, hc_implementation="eager", freeze_base=False)
+        ),
+        "mhc-glm5": BenchCase(
+            "llama", options=dict(hc_mode="mhc", mhc_variant="deepseek_v4", hc_read_out="mean", freeze_base=False)
+        ),
     },
-    # the modes varied across the families: mHC (seed init, static, DeepSeek-V4's formula), static and dynamic HC
-    # (with and without tanh, two streams), and the eager equation beside the fast implementation
+    # the forms varied across the families: mHC (seed init, static, DeepSeek-V4's as shipped with its input-dependent
+    # read-out, GLM-5.3's with the mean), static and dynamic HC (with and without tanh, two streams), Hy4's independent
+    # HC and Qwen3.8's gated residual each on Llama, Qwen3 and Gemma 2 (K = 2, 3, 4; the four read-outs), and the eager
+    # equations beside the fast implementations
     examples=(
-        Example("Qwen3MHC", "qwen3", dict(identity_init=False)),
+        Example("Qwen3GatedResidual", "qwen3", dict(hc_mode="gated", **_HC_NOISE), identity_options=_GATED),
         # identity at init holds to DeepSeek's eps (about 1e-6 per sublayer)
         Example(
             "Qwen3DeepSeekMHC",
             "qwen3",
-            dict(mhc_variant="deepseek_v4", **_HC_NOISE),
-            identity_options=dict(mhc_variant="deepseek_v4"),
+            dict(mhc_variant="deepseek_v4", hc_read_out="dynamic", **_HC_NOISE),
+            identity_options=dict(mhc_variant="deepseek_v4", hc_read_out="dynamic"),
         ),
-        Example("LlamaStaticHC", "llama", dict(hc_mode="static", **_HC_NOISE)),
-        Example("LlamaDynamicHC", "llama", dict(hc_mode="dynamic", **_HC_NOISE), distributed=True),
-        # the equation as written (the specification the fast implementation is tested against)
+        Example("Qwen3IndependentHC", "qwen3", dict(hc_mode="independent", **_HC_NOISE), identity_options=_HY4),
         Example(
-            "LlamaEagerMHC",
+            "LlamaTwoStreamIndependentHC",
             "llama",
-            dict(hc_implementation="eager", **_HC_NOISE),
-            identity_options=dict(hc_implementation="eager"),
+            dict(hc_mode="independent", hc_streams=2, hc_read_out="mean", **_HC_NOISE),
+            identity_options=dict(hc_mode="independent", hc_streams=2, hc_read_out="mean"),
+        ),
+        Example("LlamaDynamicHC", "llama", dict(hc_mode="dynamic", **_HC_NOISE), distributed=True),
+        # the equations as written (the specifications the fast implementations are tested against)
+        Example(
+            "LlamaEagerGLMMHC",
+            "llama",
+            dict(hc_implementation="eager", mhc_variant="deepseek_v4", hc_read_out="mean", **_HC_NOISE),
+            identity_options=dict(hc_implementation="eager", mhc_variant="deepseek_v4", hc_read_out="mean"),
+        ),
+        Example(
+            "LlamaEagerGatedResidual",
+            "llama",
+            dict(hc_mode="gated", hc_implementation="eager", **_HC_NOISE),
+            identity_options=dict(hc_mode="gated", hc_implementation="eager"),
         ),
         Example("Qwen2MHC", "qwen2", dict(identity_init=False)),
         Example("MistralStaticHC", "mistral", dict(hc_mode="static", **_HC_NOISE)),
         Example("Phi3DynamicHC", "phi3", dict(hc_mode="dynamic", **_HC_NOISE)),
         Example("Olmo2StaticMHC", "olmo2", dict(hc_mode="mhc", mhc_dynamic=False, **_HC_NOISE)),
-        Example("Gemma2DynamicNoTanhHC", "gemma2", dict(hc_mode="dynamic", hc_dynamic_tanh=False, **_HC_NOISE)),
-        Example("Gemma3TextTwoStreamDynamicHC", "gemma3_text", dict(hc_mode="dynamic", hc_streams=2, **_HC_NOISE)),
+        Example("Gemma2GatedResidual", "gemma2", dict(hc_mode="gated", **_HC_NOISE), identity_options=_GATED),
+        Example(
+            "Gemma2ThreeStreamIndependentHC",
+            "gemma2",
+            dict(hc_mode="independent", hc_streams=3, **_HC_NOISE),
+            identity_options=dict(hc_mode="independent", hc_streams=3),
+        ),
+        Example(
+            "Gemma3TextTwoStreamDynamicNoTanhHC",
+            "gemma3_text",
+            dict(hc_mode="dynamic", hc_streams=2, hc_dynamic_tanh=False, **_HC_NOISE),
+        ),
         Example("GPT2MHC", "gpt2", dict(hc_read_in_focus=0.25, **_HC_NOISE)),
     ),
     config_errors=(
@@ -540,7 +574,17 @@ register_mechanism(
         ConfigError(dict(hc_init_noise=-0.1), r"hc_init_noise.*>= 0"),
         ConfigError(dict(freeze_base="no"), r"freeze_base"),
         ConfigError(dict(hc_implementation="kernel"), r"hc_implementation.*'fast', 'eager'.*got kernel"),
+        ConfigError(dict(hc_eps=-1e-6), r"hc_eps.*>= 0 and <= 0.01.*got -1e-06"),
+        ConfigError(dict(hc_magnitude=0), r"hc_magnitude.*> 0.*got 0"),
+        ConfigError(dict(hc_lowrank=0), r"hc_lowrank.*>= 1.*got 0"),
+        ConfigError(dict(hc_read_out="max"), r"hc_read_out.*'learned', 'mean', 'dynamic', 'gated'.*got max"),
+        ConfigError(
+            dict(hc_mode="independent", hc_magnitude=0.5), r"identity_init=True.*'independent'.*hc_magnitude. > 1.*0.5"
+        ),
+        ConfigError(dict(hc_mode="independent", hc_read_in_focus=1.0), r"hc_read_in_focus.*< 1.*'independent'"),
+        ConfigError(dict(hc_mode="gated"), r"hc_mode='gated'.*olmo2 family.*start with none", families=("olmo2",)),
     ),
+    tiny_options=dict(hc_lowrank=8),  # the gated residual's read gate at the tiny hidden size (Qwen3.8 uses 320)
 )
 _LATENT = dict(identity_init=False)
 register_mechanism(

@@ -22,3 +22,15 @@ def active_bridge(folder, family: str, **options):
             if layer.bridge is not None:
                 layer.bridge.proj.weight.normal_(std=0.3)
     return model
+
+
+def stream_spread(model, batch) -> float:
+    """How far a hyper-connection decoder's K streams are from copies of each other after its last layer: the largest
+    difference between any stream and stream 0, relative to the streams' largest magnitude."""
+    captured = {}
+    handle = model.base_model.stack_layers[-1].register_forward_hook(lambda m, a, out: captured.update(streams=out))
+    with torch.no_grad():
+        model(**batch)
+    handle.remove()
+    streams = captured["streams"]
+    return ((streams - streams[..., :1, :]).abs().max() / streams.abs().max()).item()

@@ -214,6 +214,7 @@ class Olmo2DepthRoutingConfig(ZooConfigMixin, Olmo2Config, DepthRoutingFields):
 
     model_type = "olmo2_depth_routing"
     stock_model_types = ("olmo2",)
+    branch_input_norms = False
 
 
 @zoo_config

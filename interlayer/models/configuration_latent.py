@@ -212,6 +212,7 @@ class Olmo2LatentConfig(ZooConfigMixin, Olmo2Config, LatentFields):
 
     model_type = "olmo2_latent"
     stock_model_types = ("olmo2",)
+    branch_input_norms = False
 
 
 @zoo_config

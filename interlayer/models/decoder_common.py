@@ -66,13 +66,20 @@ class DecoderLayerRolesMixin:
 
     family: DecoderFamily
 
-    def attention_branch(self, x: torch.Tensor, **attention_kwargs) -> torch.Tensor:
-        """`F_attn(x)`: the attention sublayer with the family's norms and dropout."""
-        return self.family.attention_branch(self, x, **attention_kwargs)
+    def attention_branch(self, x: torch.Tensor, input_norm: bool = True, **attention_kwargs) -> torch.Tensor:
+        """`F_attn(x)`: the attention sublayer with the family's norms and dropout (without its input norm when
+        `input_norm=False`: `families.Branch`)."""
+        return self.family.attention_branch(self, x, input_norm=input_norm, **attention_kwargs)
 
-    def mlp_branch(self, x: torch.Tensor) -> torch.Tensor:
-        """`F_mlp(x)`: the MLP sublayer with the family's norms and dropout."""
-        return self.family.mlp_branch(self, x)
+    def mlp_branch(self, x: torch.Tensor, input_norm: bool = True) -> torch.Tensor:
+        """`F_mlp(x)`: the MLP sublayer with the family's norms and dropout (without its input norm when
+        `input_norm=False`)."""
+        return self.family.mlp_branch(self, x, input_norm=input_norm)
+
+    def input_norm(self, sublayer: str) -> nn.Module | None:
+        """The norm branch `sublayer` (`"attn"` or `"mlp"`) starts with, None where it has none (OLMo 2)."""
+        branch = self.family.attention_branch if sublayer == "attn" else self.family.mlp_branch
+        return branch.input_norm(self)
 
     def forward(
         self,
@@ -91,9 +98,10 @@ class DecoderLayerRolesMixin:
         positional inputs only."""
         past_key_values = take_cache(past_key_values, kwargs)
 
-        def attention(x: torch.Tensor) -> torch.Tensor:
+        def attention(x: torch.Tensor, input_norm: bool = True) -> torch.Tensor:
             return self.attention_branch(
                 x,
+                input_norm=input_norm,
                 attention_mask=attention_mask,
                 position_ids=position_ids,
                 past_key_values=past_key_values,
@@ -176,7 +184,9 @@ class DecoderStackMixin(FreezeBaseMixin):
     the first layer reads, from the embeddings: hyper-connections' K streams), `layer_inputs` (what layer `i` takes
     besides its input: the sentinel's U-Net skip), `after_layer` (what the next layer reads, from a layer's output:
     depth-weighted averages), `read_state` (the hidden state a layer's output stands for, recorded and normed at the
-    end: hyper-connections' read-out), `around_layers` (a context around the loop), `build_mechanism` (its
+    end: hyper-connections' read-out), `leave_layers` (the final norm's output from the last layer's: the stock final
+    norm of `read_state`, or a read-out that normalises itself), `around_layers` (a context around the loop),
+    `build_mechanism` (its
     model-level parameters), `new_cache` / `check_cache`; or replaces `run_layers` whole (latent's two passes)."""
 
     family: DecoderFamily
@@ -239,8 +249,8 @@ class DecoderStackMixin(FreezeBaseMixin):
             hidden=[] if output_hidden_states else None,
         )  # fmt: skip
         with self.around_layers(attention_mask):
-            hidden_states = self.run_layers(inputs_embeds, run)
-        hidden_states = self.final_norm(hidden_states)
+            state = self.run_layers(inputs_embeds, run)
+        hidden_states = self.leave_layers(state)
         if run.hidden is not None:
             run.hidden[-1] = hidden_states
         return self.family.output_class(
@@ -249,15 +259,17 @@ class DecoderStackMixin(FreezeBaseMixin):
             **{CACHE_KWARG: cache if use_cache else None},
         )
 
-    def run_layers(self, inputs_embeds: torch.Tensor, run: StackRun) -> torch.Tensor:
-        """Every layer in order, each reading what `after_layer` made of the one before; returns the hidden state the
-        final norm takes. Records the embeddings and each layer's hidden state (`read_state`)."""
+    def run_layers(self, inputs_embeds: torch.Tensor, run: StackRun):
+        """Every layer in order, each reading what `after_layer` made of the one before; returns what the last one
+        made (`leave_layers` takes it). Records the embeddings and, when asked, each layer's hidden state
+        (`read_state`)."""
         state = self.enter_layers(inputs_embeds)
         run.record(inputs_embeds)
         for i in range(self.config.num_hidden_layers):
             state = self.after_layer(i, run.layer(i, state, *self.layer_inputs(i, run)), run)
-            run.record(self.read_state(state))
-        return self.read_state(state)
+            if run.hidden is not None:
+                run.record(self.read_state(state))
+        return state
 
     def check_forward(self, kwargs: dict) -> None:
         """Refuse (ValueError) a keyword of the forward, or a setting changed on the built model, that the mechanism
@@ -279,6 +291,10 @@ class DecoderStackMixin(FreezeBaseMixin):
         """The hidden state `[batch, seq, hidden]` a layer's output stands for: what `output_hidden_states` records and
         what the final norm takes after the last layer."""
         return state
+
+    def leave_layers(self, state) -> torch.Tensor:
+        """The normalised last hidden state, from what the last layer made: the stock final norm of `read_state`."""
+        return self.final_norm(self.read_state(state))
 
     def around_layers(self, attention_mask):
         """A context the layers of a forward run in."""

@@ -41,27 +41,37 @@ class Branch:
     """One residual branch `F(x)` of a stock decoder layer, by the layer's attribute names:
     `F(x) = after[-1](... after[0](module(before[-1](... before[0](x)))))`. An attention module is called with
     `hidden_states=` and the layer's keywords (mask, cache, positions) and its first output kept (the second is the
-    attention weights); an MLP, called with no keywords, with `x` alone."""
+    attention weights); an MLP, called with no keywords, with `x` alone.
+
+    A branch whose `before` is one norm has an input norm (`input_norm`): a mechanism that normalises its input itself,
+    in that norm's place (the gated residual of hyper-connections applies it to each of its streams), calls the branch
+    with `input_norm=False`, which runs everything but it. OLMo 2's branches have none (their norms come after)."""
 
     module: str
     before: tuple[str, ...] = ()
     after: tuple[str, ...] = ()
 
-    def normed(self, layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
-        """What the branch's module reads of `x`: `x` through the norms before it."""
-        for name in self.before:
+    def normed(self, layer: nn.Module, x: torch.Tensor, input_norm: bool = True) -> torch.Tensor:
+        """What the branch's module reads of `x`: `x` through the norms before it (none with `input_norm=False`)."""
+        if not input_norm and self.input_norm(layer) is None:
+            raise ValueError(f"the `{self.module}` branch of {type(layer).__name__} has no input norm to leave out")
+        for name in self.before if input_norm else ():
             x = getattr(layer, name)(x)
         return x
 
-    def __call__(self, layer: nn.Module, x: torch.Tensor, **kwargs) -> torch.Tensor:
+    def __call__(self, layer: nn.Module, x: torch.Tensor, input_norm: bool = True, **kwargs) -> torch.Tensor:
         kwargs = stock_cache_kwargs(kwargs)
-        x = self.normed(layer, x)
+        x = self.normed(layer, x, input_norm)
         x = getattr(layer, self.module)(hidden_states=x, **kwargs) if kwargs else getattr(layer, self.module)(x)
         if isinstance(x, tuple):
             x = x[0]
         for name in self.after:
             x = getattr(layer, name)(x)
         return x
+
+    def input_norm(self, layer: nn.Module) -> nn.Module | None:
+        """The norm the branch starts with (`before` when it is one module), None where it starts with none."""
+        return getattr(layer, self.before[0]) if len(self.before) == 1 else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,6 +194,12 @@ class DecoderFamily:
     extra_inputs: tuple[str, ...] = ()
     output_class: type = BaseModelOutputWithPast
     checkpoints: str = ""
+
+    @property
+    def input_norms(self) -> bool:
+        """Whether both residual branches start with an input norm (`Branch.input_norm`); the config classes of the
+        family record it (`branch_input_norms`), so that a form needing them is refused at config creation."""
+        return all(len(branch.before) == 1 for branch in (self.attention_branch, self.mlp_branch))
 
     @property
     def layer_path(self) -> str:

@@ -2,13 +2,15 @@
 `HyperConnection.forward` in modeling_hyper_connections.py, which is its specification, computed with less time and
 memory, plus the statistics and the composite-gain tracking that `mechanism_stats()` reports.
 
-`FastHyperConnectionMixin` replaces the `coefficients` and `forward` of a `HyperConnection` (same parameters, so the
-same checkpoints), as `kernels`' `kernelize` replaces the forward of a layer marked with `use_kernel_forward_from_hub`
-in transformers: a layer whose config says `hc_implementation="fast"` is built as modeling_hyper_connections.py's
-`FastHyperConnection` (this mixin before `HyperConnection`, `hyper_connection_class`), and the eager equation is what
-the tests hold it to (`tests/mechanisms/test_hyper_connections.py::test_fast_implementation_equals_the_eager_equation`:
-outputs and every gradient, in every mode, with and without the stream recomputation, under gradient checkpointing,
-`hc_fused`). What it does differently, and why (docs/hyper_connections.md, "What the implementation does about cost"):
+`FastHyperConnectionMixin` replaces the `coefficients` and `forward` of a `HyperConnection`, and
+`FastGatedResidualMixin` the `forward` of a `GatedResidual` (same parameters, so the same checkpoints), as `kernels`'
+`kernelize` replaces the forward of a layer marked with `use_kernel_forward_from_hub` in transformers: a layer whose
+config says `hc_implementation="fast"` is built as modeling_hyper_connections.py's `FastHyperConnection` or
+`FastGatedResidual` (the mixin before the equation's class, `hyper_connection_class`), and the eager equation is what
+the tests hold it to (`test_fast_implementation_equals_the_eager_equation` in tests/mechanisms/test_hyper_connections.py
+and test_hyper_connections_forms.py: outputs and every gradient, in every mode, with and without the stream
+recomputation, under gradient checkpointing, `hc_fused`, K = 1..8 in the 2026 forms). What it does differently, and
+why (docs/hyper_connections.md, "What the implementation does about cost"):
 
 - read-in and mixing as one product `[H_pre; H_res] @ h`, and the write as one `addcmul`, with hand-written backward
   passes (`_ReadMix`, `_Write`) that keep only their inputs and write each gradient once;
@@ -17,6 +19,8 @@ outputs and every gradient, in every mode, with and without the stream recomputa
 - `RMSNorm(h) W` computed as `(h W) / rms(h)` (no normalised copy kept) and, for per-token coefficients, Sinkhorn's
   rounds recomputed in backward instead of kept;
 - `hc_fused`: the input-dependent mHC coefficients as one function compiled with `torch.compile(fullgraph=True)`;
+- the gated residual's read (its norms, gate and mean) computed again in backward from its inputs (`_GatedRead`)
+  instead of keeping its K-wide intermediates;
 - without grad, static coefficients computed once and reused until a parameter changes;
 - `CompositeGain` and the deferred statistics: every sublayer hands its coefficients over, and the mean
   coefficients and the worst composite gain of the forward are computed once at its end (`ForwardPassMachinery`).
@@ -40,18 +44,13 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from .hyper_connections_kernels import kernels_for
-from .hyper_connections_maths import COEFFICIENT_EPS, MHC_EPS, mhc_mixing
+from .hyper_connections_maths import COEFFICIENT_EPS, constrain, gated_read, mhc_mixing
 from .zoo_common import Fused, StatsAccumulator
 
 
-def _mhc_maps(pre, post, res, iters: int, variant: str, recompute_sinkhorn: bool = False):
-    """`(H_pre, H_post, H_res)` of mHC from the fp32 logits, as `HyperConnection.coefficients` constrains them (with
-    `recompute_sinkhorn`, the normalisation rounds of `H_res` are recomputed in backward and only the logits saved)."""
-    pre = torch.sigmoid(pre) + MHC_EPS if variant == "deepseek_v4" else torch.sigmoid(pre)
-    post = 2.0 * torch.sigmoid(post)
-    if recompute_sinkhorn:
-        return pre, post, checkpoint(mhc_mixing, res, iters, variant, use_reentrant=False)
-    return pre, post, mhc_mixing(res, iters, variant)
+def _recomputed_mixing(res, iters: int, variant: str, eps: float):
+    """`mhc_mixing` whose normalisation rounds are recomputed in backward (only the logits saved)."""
+    return checkpoint(mhc_mixing, res, iters, variant, eps, use_reentrant=False)
 
 
 def _rms_scale(x: torch.Tensor) -> torch.Tensor:
@@ -81,9 +80,10 @@ def _single_stream(streams: torch.Tensor) -> torch.Tensor | None:
 
 
 def _read_mix(maps: torch.Tensor, streams: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """`(H_pre h, H_res h)`: rows 0 and 1.. of `_product` (views of it)."""
+    """`(H_pre h, H_res h)`: rows 0 and 1.. of `_product` (views of it); a form without mixing (independent HC) has
+    the maps `[H_pre]` alone, one row, and its streams pass unmixed."""
     product = _product(maps, streams)
-    return product[..., 0, :], product[..., 1:, :]
+    return product[..., 0, :], product[..., 1:, :] if maps.shape[-2] > 1 else streams
 
 
 def _write(mixed: torch.Tensor, post: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
@@ -108,17 +108,18 @@ def _map_grad(grad: torch.Tensor, streams: torch.Tensor, shared: bool) -> torch.
     return _token_sum(grad, streams) if shared else torch.matmul(grad, streams.mT)
 
 
-def _rebuild(streams: torch.Tensor, maps: torch.Tensor, post: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """A sublayer's output streams from its input streams, its maps `[H_pre; H_res]`, `H_post` and output, as the
-    forward pass computed them (what the stream recomputation runs)."""
-    return _write(_read_mix(maps, streams)[1], post, out)
+def _rebuild(streams: torch.Tensor, maps: torch.Tensor | None, post: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """A sublayer's output streams from its input streams, its maps `[H_pre; H_res]` (None for a form without mixing),
+    `H_post` and output, as the forward pass computed them (what the stream recomputation runs)."""
+    return _write(streams if maps is None else _read_mix(maps, streams)[1], post, out)
 
 
 class _ReadMix(torch.autograd.Function):
     """`(H_pre h, H_res h)` from the maps `[H_pre; H_res]` in one product: the sublayer input `[..., D]` (a copy, so
-    that what the sublayer keeps for backward does not hold the product) and the mixed streams `[..., K, D]` (a view).
-    Backward writes each gradient once: autograd's product and slices would build the product's gradient from zeros
-    and copies, and a shared map's gradient through `einsum`'s transposed copies. Only the inputs are kept."""
+    that what the sublayer keeps for backward does not hold the product) and the mixed streams `[..., K, D]` (a view;
+    the streams themselves, as an alias, for maps `[H_pre]` without mixing). Backward writes each gradient once:
+    autograd's product and slices would build the product's gradient from zeros and copies, and a shared map's
+    gradient through `einsum`'s transposed copies. Only the inputs are kept."""
 
     @staticmethod
     def forward(ctx, maps, streams):
@@ -137,11 +138,16 @@ class _ReadMix(torch.autograd.Function):
         grad_maps = grad_streams = None
         if ctx.needs_input_grad[0]:
             shared = maps.dim() == 2
-            grad_pre = _map_grad(grad_x.unsqueeze(-2), streams_, shared)
-            grad_maps = torch.cat([grad_pre, _map_grad(grad_mixed, streams_, shared)], dim=-2).to(maps.dtype)
+            grad_maps = _map_grad(grad_x.unsqueeze(-2), streams_, shared)
+            if maps.shape[-2] > 1:
+                grad_maps = torch.cat([grad_maps, _map_grad(grad_mixed, streams_, shared)], dim=-2)
+            grad_maps = grad_maps.to(maps.dtype)
         if ctx.needs_input_grad[1]:
-            grad_streams = torch.matmul(maps_[..., 1:, :].mT, grad_mixed)
-            grad_streams = grad_streams.addcmul_(maps_[..., 0, :].unsqueeze(-1), grad_x.unsqueeze(-2))
+            read_in = (maps_[..., 0, :].unsqueeze(-1), grad_x.unsqueeze(-2))
+            if maps.shape[-2] > 1:
+                grad_streams = torch.matmul(maps_[..., 1:, :].mT, grad_mixed).addcmul_(*read_in)
+            else:  # unmixed: the mixed streams' gradient passes to the streams as it is
+                grad_streams = torch.addcmul(grad_mixed, *read_in)
             grad_streams = grad_streams.to(streams.dtype)
         return grad_maps, grad_streams
 
@@ -217,11 +223,12 @@ class StreamRecomputation:
         else:
             self.current = (index, streams.untyped_storage().data_ptr())
 
-    def read(self, maps: torch.Tensor, post: torch.Tensor, rebuild=None) -> None:
+    def read(self, maps: torch.Tensor | None, post: torch.Tensor, rebuild=None) -> None:
         """The sublayer has taken what it saves of its input streams; record what rebuilds its output:
-        `rebuild(streams, maps, post, out)`, by default the read-in and mixing product and the write."""
+        `rebuild(streams, maps, post, out)`, by default the read-in and mixing product (None for a form without
+        mixing: the streams pass unmixed) and the write."""
         self.current = None
-        self.steps.append((rebuild or _rebuild, maps.detach(), post.detach()))
+        self.steps.append((rebuild or _rebuild, None if maps is None else maps.detach(), post.detach()))
 
     def wrote(self, out: torch.Tensor) -> None:
         self.steps[-1] = (*self.steps[-1], out.detach())
@@ -289,7 +296,9 @@ class CompositeGain:
         magnitude = self.prefix_products(res).abs()
         worst = torch.stack([magnitude.sum(-1).amax(-1), magnitude.sum(-2).amax(-1)], dim=-1).amax(0)
         if pre.dim() > 2:  # per-token coefficients: their mean over tokens
-            pre, post, res = pre.flatten(1, -2).mean(1), post.flatten(1, -2).mean(1), res.flatten(1, -3).mean(1)
+            pre, post = pre.flatten(1, -2).mean(1), post.flatten(1, -2).mean(1)
+        if res.dim() > 3:
+            res = res.flatten(1, -3).mean(1)
         for hc, p, q, r in zip(hcs, pre.unbind(0), post.unbind(0), res.unbind(0)):
             name = f"hc/L{hc.layer_idx}/{hc.sublayer}"
             hc.stats.add(f"{name}/pre", p)
@@ -344,17 +353,18 @@ class RunningMaxAccumulator(StatsAccumulator):
         self._counts[name] = 1
 
 
-def _mhc_coefficients(
-    flat, weight, pre, post, res, scale, k: int, iters: int, recompute_sinkhorn: bool = False, variant: str = "seed"
-):
-    """Input-dependent mHC coefficients from the flattened fp32 streams `[..., K*D]` and the fp32 parameters:
-    `z = Linear(RMSNorm(flat))` split into the three parts, each added to its static logits with its learned scale,
-    then the constraints of `variant` (`_mhc_maps`)."""
+def _mhc_coefficients(flat, weight, pre, post, res, scale, k: int, iters: int, recompute_sinkhorn: bool, form: tuple):
+    """Input-dependent mHC and independent-HC coefficients from the flattened fp32 streams `[..., K*D]` and the fp32
+    parameters (`res` None without mixing): `z = Linear(RMSNorm(flat))` split into its parts, each added to its static
+    logits with its learned scale, then the constraints of `form`, `(mode, variant, eps, magnitude)` (`constrain`)."""
     z = nn.functional.linear(flat, weight) * _rms_scale(flat)
     pre = pre + scale[0] * z[..., :k]
     post = post + scale[1] * z[..., k : 2 * k]
-    res = res + scale[2] * z[..., 2 * k :].unflatten(-1, (k, k))
-    return _mhc_maps(pre, post, res, iters, variant, recompute_sinkhorn)
+    if res is not None:
+        res = res + scale[2] * z[..., 2 * k :].unflatten(-1, (k, k))
+    mixing = _recomputed_mixing if recompute_sinkhorn else mhc_mixing
+    mode, variant, eps, magnitude = form
+    return constrain(pre, post, res, mode, variant, iters, eps, magnitude, mixing)
 
 
 # `hc_fused`: the coefficients as one compiled graph, eager where compiling cannot run (`Fused`); the tokens (`flat`
@@ -431,16 +441,17 @@ class FastHyperConnectionMixin:
 
     def coefficients(self, streams: torch.Tensor):
         """`(H_pre [..., K], H_post [..., K], H_res [..., K, K])`: shapes `[K]` when static, `[batch, seq, K]`
-        when input-dependent. Computed in fp32 (whatever the dtype of the streams and the parameters) and returned in
-        the streams' dtype. Without grad, static coefficients are computed once and reused until a parameter
-        changes."""
+        when input-dependent; `H_res` None without mixing (independent HC). Computed in fp32 (whatever the dtype of
+        the streams and the parameters) and returned in the streams' dtype. Without grad, static coefficients are
+        computed once and reused until a parameter changes."""
         if not self.dynamic:
             return self._reused(lambda: self._coefficients(streams), streams.dtype)
         return self._coefficients(streams)
 
     def _coefficients(self, streams: torch.Tensor):
         with torch.autocast(device_type=streams.device.type, enabled=False):
-            pre, post, res = self.pre.float(), self.post.float(), self.res.float()
+            pre, post = self.pre.float(), self.post.float()
+            res = self.res.float() if self.mixes else None
             if self.mode == "dynamic":
                 d_pre, d_post, d_res = self._dynamic_parts(streams.float())
                 scale = self.dynamic_scale.float()
@@ -451,22 +462,28 @@ class FastHyperConnectionMixin:
                 weight, scale = self.dynamic_proj.weight.float(), self.dynamic_scale.float()
                 recompute = torch.is_grad_enabled() and not fused
                 flat = streams.float().flatten(-2)  # [..., K*D], computed on as [tokens, K*D]
-                args = (weight, pre, post, res, scale, self.streams, self.sinkhorn_iters, recompute, self.variant)
-                pre, post, res = (c.unflatten(0, flat.shape[:-1]) for c in fn(flat.flatten(0, -2), *args))
+                form = (self.mode, self.variant, self.eps, self.magnitude)
+                args = (weight, pre, post, res, scale, self.streams, self.sinkhorn_iters, recompute, form)
+                made = fn(flat.flatten(0, -2), *args)
+                pre, post, res = (None if c is None else c.unflatten(0, flat.shape[:-1]) for c in made)
             elif self.mode == "mhc":
-                pre, post, res = _mhc_maps(pre, post, res, self.sinkhorn_iters, self.variant)
+                pre, post, res = constrain(
+                    pre, post, res, self.mode, self.variant, self.sinkhorn_iters, self.eps, self.magnitude
+                )
         dtype = streams.dtype
-        return pre.to(dtype), post.to(dtype), res.to(dtype)
+        return pre.to(dtype), post.to(dtype), None if res is None else res.to(dtype)
 
     def _maps(self, streams: torch.Tensor):
-        """`(H_pre, H_post, H_res, [H_pre; H_res])`, the last the maps of the read-in and mixing product."""
+        """`(H_pre, H_post, H_res, [H_pre; H_res])`, the last the maps of the read-in and mixing product (`[H_pre]`
+        alone without mixing)."""
         pre, post, res = self._coefficients(streams)
-        return pre, post, res, torch.cat([pre.unsqueeze(-2), res], dim=-2)
+        return pre, post, res, pre.unsqueeze(-2) if res is None else torch.cat([pre.unsqueeze(-2), res], dim=-2)
 
-    def forward(self, streams: torch.Tensor, branch) -> torch.Tensor:
-        """`h' = H_res h + H_post^T branch(H_pre h)` for streams `[batch, seq, K, hidden]`, with the forward pass's
-        stream recomputation and composite-gain tracker (`machinery`) when it uses them; statistics are recorded with
-        the tracker, once per eager forward."""
+    def forward(self, streams: torch.Tensor, branch, input_norm=None) -> torch.Tensor:
+        """`h' = H_res h + H_post^T branch(H_pre h)` for streams `[batch, seq, K, hidden]` (`H_res h` = `h` without
+        mixing), with the forward pass's stream recomputation and composite-gain tracker (`machinery`) when it uses
+        them; statistics are recorded with the tracker, once per eager forward. `input_norm` is not used (the branch
+        applies it)."""
         recompute, gain = self.machinery.recompute, self.machinery.gain
         if torch.compiler.is_compiling():  # a layer compiled on its own (regional compilation): Python-side state
             recompute = gain = None  # that would make dynamo compile every layer anew (its list lengths are guards)
@@ -480,14 +497,101 @@ class FastHyperConnectionMixin:
         else:
             pre, post, res, maps = self._reused(lambda: self._maps(streams), streams.dtype)
         if gain is not None and not gain.closed:
-            gain.record(self, pre, post, res)
+            gain.record(self, pre, post, _identity(self.streams, pre) if res is None else res)
         # read-in and mixing in one product: row 0 of [H_pre; H_res] @ h is the sublayer input, rows 1.. the mixed
         # streams
         grad = torch.is_grad_enabled()
         x, mixed = _ReadMix.apply(maps, streams) if grad else _read_mix(maps, streams)
         if recompute is not None:
-            recompute.read(maps, post)
+            recompute.read(maps if self.mixes else None, post)
         out = branch(x)
         if recompute is not None:
             recompute.wrote(out)
         return _Write.apply(mixed, post, out) if grad else _write(mixed, post, out)
+
+
+def _identity(k: int, like: torch.Tensor) -> torch.Tensor:
+    """`H_res` of a form without mixing, as the statistics record it: the K x K identity."""
+    return torch.eye(k, dtype=like.dtype, device=like.device)
+
+
+class _GatedRead(torch.autograd.Function):
+    """The gated residual's read, `read(streams, *weights) -> (x, write, gate)` (`FastGatedResidualMixin._reader`),
+    keeping only its inputs for backward and computing it again there: autograd would keep about six K-wide
+    intermediates of every sublayer (the normalised streams, the gate and their products). The streams are saved
+    with `save_for_backward`, so that the stream recomputation's hooks replace them too. The gate is returned for the
+    statistics only, without gradient."""
+
+    @staticmethod
+    def forward(ctx, read, streams, *weights):
+        ctx.read = read
+        device = streams.device.type
+        ctx.autocast = {
+            "device_type": device,
+            "dtype": torch.get_autocast_dtype(device),
+            "enabled": torch.is_autocast_enabled(device),
+        }
+        ctx.save_for_backward(streams, *weights)
+        x, write, gate = read(streams, *weights)
+        ctx.mark_non_differentiable(gate)
+        return x, write, gate
+
+    @staticmethod
+    def backward(ctx, grad_x, grad_write, _):
+        saved = ctx.saved_tensors
+        inputs = [t.detach().requires_grad_(need) for t, need in zip(saved, ctx.needs_input_grad[1:])]
+        wanted = [t for t in inputs if t.requires_grad]
+        with torch.enable_grad(), torch.autocast(**ctx.autocast):
+            x, write, _ = ctx.read(*inputs)
+        grads = iter(torch.autograd.grad((x, write), wanted, (grad_x, grad_write), allow_unused=True))
+        return (None, *(next(grads) if t.requires_grad else None for t in inputs))
+
+
+class FastGatedResidualMixin:
+    """The fast `forward` of a `GatedResidual` (put before it: modeling_hyper_connections.py's `FastGatedResidual`):
+    the same parameters and function (`GatedResidual.forward` is the specification), its read computed again in
+    backward instead of kept (`_GatedRead`), the write through `_Write`, the stream recomputation, and its statistics
+    recorded through the forward pass's `CompositeGain`: as `pre_k` the mean share of stream `k`'s normalised stream
+    in the read (`gate_k G_k / K`), as `post_k` its write weight, and the identity as `H_res`."""
+
+    def __init__(self, config, layer_idx: int, sublayer: str):
+        super().__init__(config, layer_idx, sublayer)
+        self.stats = DeferredStatsAccumulator()
+        self.machinery = ForwardPassMachinery()  # the model's, shared by all its hyper-connections, once it is built
+
+    def _reader(self, input_norm):
+        """`(read, weights)`: `read(streams, *weights) -> (x, write, gate)` (`GatedResidual.read` as a function of the
+        tensors it reads) and those tensors, the input norm's parameters included (their gradients flow when the base
+        trains)."""
+        names = [name for name, _ in input_norm.named_parameters()]
+
+        def read(streams, gain, down, up, inject, *norm_weights):
+            normed = torch.func.functional_call(input_norm, dict(zip(names, norm_weights)), (streams,))
+            with torch.autocast(device_type=streams.device.type, enabled=False):
+                return gated_read(normed.float() * gain.float(), down.float(), up.float(), inject.float())
+
+        weights = (self.norm_gain, self.read_down.weight, self.read_up.weight, self.inject.weight)
+        return read, (*weights, *(p for _, p in input_norm.named_parameters()))
+
+    def forward(self, streams: torch.Tensor, branch, input_norm) -> torch.Tensor:
+        """`h'_k = h_k + w_k F'(x)` for streams `[batch, seq, K, hidden]`, with the forward pass's stream recomputation
+        and composite-gain tracker (`machinery`) when it uses them."""
+        recompute, gain = self.machinery.recompute, self.machinery.gain
+        if torch.compiler.is_compiling():  # as `FastHyperConnectionMixin.forward`
+            recompute = gain = None
+        if recompute is not None:
+            recompute.reading(streams)
+        read, weights = self._reader(input_norm)
+        grad = torch.is_grad_enabled()
+        x, write, gate = _GatedRead.apply(read, streams, *weights) if grad else read(streams, *weights)
+        write = write.to(streams.dtype)
+        if gain is not None and not gain.closed:  # each stream's mean share of the read, gate_k G_k / K
+            share = torch.linalg.vecdot(gate, self.norm_gain.detach().float()) / self.streams
+            gain.record(self, share, write, _identity(self.streams, write))
+        del gate
+        if recompute is not None:
+            recompute.read(None, write)
+        out = branch(x.to(streams.dtype), input_norm=False)
+        if recompute is not None:
+            recompute.wrote(out)
+        return _Write.apply(streams, write, out) if grad else _write(streams, write, out)

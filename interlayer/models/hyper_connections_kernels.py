@@ -33,10 +33,13 @@ import functools
 
 import torch
 
+from .hyper_connections_maths import MHC_EPS
 from .zoo_common import logger
 
 DEVICES = ("cuda",)  # device types whose streams take the kernels (the tests add "cpu" under Triton's interpreter)
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+MODES = ("static", "dynamic", "mhc")  # the forms with kernels; Hy4's runs the PyTorch implementation (and Qwen3.8's
+# gated residual, `FastGatedResidual`, never asks)
 MAX_STREAMS = 16  # a write program keeps K accumulators of a hidden block and the K x K mixing in registers
 
 _logged: set[str] = set()
@@ -64,6 +67,12 @@ def kernels_for(hc, streams: torch.Tensor) -> "Kernels | None":
     if streams.device.type not in DEVICES or not hc.use_kernels:
         return None
     if torch.jit.is_tracing() or torch.compiler.is_exporting():
+        return None
+    if hc.mode not in MODES:
+        log_once(f"hc_mode={hc.mode!r} (the kernels run {', '.join(MODES)})")
+        return None
+    if hc.variant == "deepseek_v4" and hc.eps != MHC_EPS:
+        log_once(f"hc_eps={hc.eps} (the kernels run DeepSeek-V4's formula at its hc_eps, {MHC_EPS})")
         return None
     if streams.dtype not in DTYPES:
         log_once(f"streams of dtype {streams.dtype} (the kernels take {', '.join(map(str, DTYPES))})")

@@ -628,6 +628,11 @@ class DepthRoutingModelMixin(DepthRoutingPreTrainedMixin, DecoderStackMixin):
         sources = run.saved["final_state"][2 if self.config.attention_residual_block_size else 1 :]
         return self.depth_final(sources)
 
+    def leave_layers(self, state: torch.Tensor) -> torch.Tensor:
+        """The stock final norm of the final attention residual's output (already a hidden state), else of
+        `read_state`."""
+        return self.final_norm(state) if self.depth_final is not None else super().leave_layers(state)
+
     def layer_inputs(self, i: int, run: StackRun) -> tuple:
         if self.form == "value_residual" and i > 0:
             if "first_values" not in run.saved:

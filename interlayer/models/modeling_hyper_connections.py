@@ -1,5 +1,5 @@
-"""Hyper-connections (HC) and manifold-constrained hyper-connections (mHC) for the decoder families of families.py
-(seed 002): Llama, Qwen3, Qwen2, Mistral, Phi-3, OLMo 2, Gemma 2, Gemma 3 text, GPT-2.
+"""Hyper-connections (HC) on the decoder families of families.py (seed 002): Llama, Qwen3, Qwen2, Mistral, Phi-3,
+OLMo 2, Gemma 2, Gemma 3 text, GPT-2, in the forms the HC and mHC papers and four 2026 model families define.
 
 Shapes:
     B   batch                      h         [B, T, K, C]  the K residual streams of every token
@@ -9,7 +9,7 @@ Shapes:
                                    H_res     [K, K] static, [B, T, K, K] input-dependent: mixing, [output, input]
 
 The residual stream of a stock decoder becomes K full-width streams `h`. Around every attention and MLP branch `F`
-(as the family declares it: its norms and dropout included):
+(as the family declares it: its norms and dropout included), `HyperConnection` computes
 
     x  = H_pre h                   x = sum_k H_pre[k] h_k                              read-in
     h' = H_res h + H_post^T F(x)   h'_i = sum_j H_res[i, j] h_j + H_post[i] F(x)      mix and write
@@ -17,29 +17,45 @@ The residual stream of a stock decoder becomes K full-width streams `h`. Around 
 with, per `hc_mode`, the coefficients made of the learned `pre` [K], `post` [K], `res` [K, K] and, when
 input-dependent, scales `s_pre`, `s_post`, `s_res` and a projection `Linear` (`dynamic_proj`):
 
-    static    H_pre = pre,  H_post = post,  H_res = res                                    (HC paper)
-    dynamic   H_pre[k] = pre[k] + s_pre tanh(z_k[0]),  H_post[k] = post[k] + s_post tanh(z_k[1]),
-              H_res[:, k] = res[:, k] + s_res tanh(z_k[2:]),  z_k = Linear(RMSNorm(h_k)) per stream k
-              (HC paper; no tanh with `hc_dynamic_tanh=False`)
-    mhc       H_pre = sigmoid(pre + s_pre z[:K]),  H_post = 2 sigmoid(post + s_post z[K:2K]),
-              H_res = Sinkhorn-Knopp(exp(res + s_res z[2K:])),  z = Linear(RMSNorm(flatten(h)))
-              (mHC paper; z = 0 with `mhc_dynamic=False`)
+    static       H_pre = pre,  H_post = post,  H_res = res                                    (HC paper)
+    dynamic      H_pre[k] = pre[k] + s_pre tanh(z_k[0]),  H_post[k] = post[k] + s_post tanh(z_k[1]),
+                 H_res[:, k] = res[:, k] + s_res tanh(z_k[2:]),  z_k = Linear(RMSNorm(h_k)) per stream k
+                 (HC paper; no tanh with `hc_dynamic_tanh=False`)
+    mhc          H_pre = sigmoid(pre + s_pre z[:K]),  H_post = 2 sigmoid(post + s_post z[K:2K]),
+                 H_res = Sinkhorn-Knopp(exp(res + s_res z[2K:])),  z = Linear(RMSNorm(flatten(h)))
+                 (mHC paper; z = 0 with `mhc_dynamic=False`)
+    independent  H_pre = sigmoid(pre + s_pre z[:K]) + eps,  H_post = M sigmoid(post + s_post z[K:]) + eps,
+                 no H_res (h' = h + H_post^T F(x)),  z = Linear(RMSNorm(flatten(h)))
+                 (Tencent Hy4, transformers' `HYV4HyperConnection`; eps `hc_eps`, M `hc_magnitude`; no `res`)
 
 and `mhc_variant="deepseek_v4"` computes DeepSeek-V4's formula instead (`H_pre = sigmoid(.) + eps`,
 `H_post = 2 sigmoid(.)`, `H_res = comb^T` with `comb` a row softmax followed by alternating eps-guarded column and row
-normalisations). Coefficients and the Sinkhorn projection are computed in fp32, also under bf16 autocast and with
-bf16 or fp16 weights. The embedding output is copied into every stream, and a learned read-out `sum_k r_k h_k`
-(starting at the mean) feeds the stock final norm.
+normalisations; GLM-5.3's mHC is the same with the mean as read-out). `hc_mode="gated"` is Qwen3.8's gated residual
+(`GatedResidual`, transformers' `Qwen4ExpTextGatedResidual`), which reads the streams through the norm the branch
+starts with instead of a linear read-in:
 
-`HyperConnection.forward` is these lines as written, and the specification: `hc_implementation="fast"` (the default)
-builds the layers' hyper-connections as `FastHyperConnection` instead, whose `coefficients` and `forward` come from
-hyper_connections_fast.py: the same function with hand-written backward passes, stream recomputation, fused
-coefficients and the statistics that `mechanism_stats()` reports, tested against this file's equation. Both files
-take Sinkhorn-Knopp, DeepSeek-V4's normalisation and the coefficients' RMSNorm from hyper_connections_maths.py.
+    gated        n_k = G_k * N(h_k)   (N the branch's own input norm, G [K, C] learned gains)
+                 gate = sigmoid(W_up silu(W_down flatten(n) / K)),  x = mean_k(gate_k * n_k)
+                 h'_k = h_k + 2 sigmoid(W_inject flatten(n) / K)_k F'(x)   (F' the branch without N)
+
+Coefficients, the Sinkhorn projection and the gated read are computed in fp32, also under bf16 autocast and with
+bf16 or fp16 weights (whose hyper-connection parameters `from_pretrained` keeps in fp32, as transformers keeps the
+native modules'). The embedding output is copied into every stream, and after the last layer a read-out
+(`hc_read_out`) collapses them: learned weights `sum_k r_k h_k` (starting at the mean), the mean, DeepSeek-V4's and
+Hy4's input-dependent weights (`DynamicReadOut`), each into the stock final norm, or Qwen3.8's gated read of the
+finally-normed streams (`GatedResidual` without a write).
+
+`HyperConnection.forward` and `GatedResidual.forward` are these lines as written, and the specification:
+`hc_implementation="fast"` (the default) builds the layers' hyper-connections as `FastHyperConnection` and
+`FastGatedResidual` instead, whose `forward` comes from hyper_connections_fast.py: the same function with hand-written
+backward passes, stream recomputation, fused coefficients and the statistics that `mechanism_stats()` reports, tested
+against this file's equation. Both files take Sinkhorn-Knopp, DeepSeek-V4's normalisation, the constraints, the gated
+read and the coefficients' RMSNorm from hyper_connections_maths.py.
 
 With `identity_init=True` the streams stay equal until trained (read-in sums to 1, every stream receives `F(x)`, the
-rows of `H_res` sum to 1), so the converted model computes the stock function in every mode (DeepSeek-V4's variant
-to about 1e-6 per sublayer: its normalisations divide by the sum plus eps).
+rows of `H_res` sum to 1), so the converted model computes the stock function in every mode: exactly in the gated
+residual (K a power of two, the default one-hot read), to float rounding in the others (DeepSeek-V4's and Hy4's to
+about their eps per sublayer: their normalisations and `+ eps` terms).
 """
 
 # first, before any transformers import: a clear error under transformers 4
@@ -48,6 +64,7 @@ from .zoo_requirements import MIN_TRANSFORMERS  # noqa: F401
 # isort: split
 
 import contextlib
+import math
 
 import torch
 from torch import nn
@@ -55,8 +72,21 @@ from transformers import initialization as init
 from transformers.generation import GenerationMixin
 
 from .decoder_common import CausalLMMixin, DecoderLayerRolesMixin, DecoderStackMixin, FreezeBaseMixin
-from .hyper_connections_fast import FastHyperConnectionMixin, ForwardPassMachinery, RunningMaxAccumulator
-from .hyper_connections_maths import MHC_EPS, deepseek_comb, mhc_mixing, rms_norm, sinkhorn_knopp
+from .hyper_connections_fast import (
+    FastGatedResidualMixin,
+    FastHyperConnectionMixin,
+    ForwardPassMachinery,
+    RunningMaxAccumulator,
+)
+from .hyper_connections_maths import (
+    constrain,
+    deepseek_comb,
+    dynamic_read_out_weights,
+    gated_read,
+    read_in_shares,
+    rms_norm,
+    sinkhorn_knopp,
+)
 from .zoo_common import register_for_auto_classes
 
 # isort: split
@@ -102,13 +132,17 @@ from .decoder_families import GEMMA2, GEMMA3_TEXT, GPT2, LLAMA, MISTRAL, OLMO2, 
 # --- end generated imports ---
 
 MHC_RES_DIAGONAL = 4.0  # raw diagonal of H_res at identity_init in mHC mode (about 0.95 on the diagonal at K=4)
+# the dtype every hyper-connection parameter is built in, whatever the model's, as transformers builds the native
+# modules' (`_keep_in_fp32_modules_strict` keeps them so when a checkpoint is loaded in bf16 or fp16)
+FP32 = torch.float32
 SUBLAYERS = ("attn", "mlp")
 
 
 class HyperConnection(nn.Module):
     """`h' = H_res h + H_post^T F(H_pre h)` around one sublayer `F` (attention or MLP) of one decoder layer, with its
-    read-in, write and mixing coefficients: the equation as the seed writes it, and the specification that
-    `FastHyperConnection` (the default, `hc_implementation="fast"`) is tested against."""
+    read-in, write and mixing coefficients (`h' = h + H_post^T F(H_pre h)` in independent HC, which has no mixing):
+    the equation as the seed and Hy4 write it, and the specification that `FastHyperConnection` (the default,
+    `hc_implementation="fast"`) is tested against."""
 
     def __init__(self, config, layer_idx: int, sublayer: str):
         super().__init__()
@@ -118,17 +152,21 @@ class HyperConnection(nn.Module):
         self.streams = k
         self.sinkhorn_iters = config.sinkhorn_iters
         self.variant = config.mhc_variant if self.mode == "mhc" else None
-        self.pre = nn.Parameter(torch.empty(k))
-        self.post = nn.Parameter(torch.empty(k))
-        self.res = nn.Parameter(torch.empty(k, k))
-        self.dynamic = self.mode == "dynamic" or (self.mode == "mhc" and config.mhc_dynamic)
+        self.eps, self.magnitude = float(config.hc_eps), float(config.hc_magnitude)
+        self.mixes = self.mode != "independent"  # Hy4's form writes into the streams unmixed: no `res`
+        self.pre = nn.Parameter(torch.empty(k, dtype=FP32))
+        self.post = nn.Parameter(torch.empty(k, dtype=FP32))
+        if self.mixes:
+            self.res = nn.Parameter(torch.empty(k, k, dtype=FP32))
+        self.dynamic = self.mode in ("dynamic", "independent") or (self.mode == "mhc" and config.mhc_dynamic)
         self.dynamic_tanh = self.mode == "dynamic" and config.hc_dynamic_tanh
         if self.dynamic:
             if self.mode == "dynamic":  # per stream: RMSNorm(h_k) -> (pre_k, post_k, res[:, k])
-                self.dynamic_proj = nn.Linear(config.hidden_size, k + 2, bias=False)
-            else:  # all streams at once: RMSNorm(flatten(h)) -> (pre, post, res)
-                self.dynamic_proj = nn.Linear(k * config.hidden_size, k * (k + 2), bias=False)
-            self.dynamic_scale = nn.Parameter(torch.empty(3))  # s_pre, s_post, s_res
+                self.dynamic_proj = nn.Linear(config.hidden_size, k + 2, bias=False, dtype=FP32)
+            else:  # all streams at once: RMSNorm(flatten(h)) -> (pre, post[, res])
+                outputs = k * (k + 2) if self.mixes else 2 * k
+                self.dynamic_proj = nn.Linear(k * config.hidden_size, outputs, bias=False, dtype=FP32)
+            self.dynamic_scale = nn.Parameter(torch.empty(3 if self.mixes else 2, dtype=FP32))  # s_pre, s_post[, s_res]
 
     @torch.no_grad()
     def reset_parameters(self, config) -> None:
@@ -136,60 +174,176 @@ class HyperConnection(nn.Module):
         `transformers.initialization` so that loaded values are kept."""
         k = self.streams
         if config.identity_init:
-            focus = config.read_in_focus
-            pre = torch.full((k,), (1.0 - focus) / k)
-            pre[self.layer_idx % k] += focus
+            pre = read_in_shares(k, config.read_in_focus, self.layer_idx)
             post, res = torch.ones(k), torch.eye(k)
             if self.mode == "mhc":
-                # DeepSeek's read-in adds MHC_EPS after the sigmoid; the raw mixing is symmetric, so comb^T = comb
-                target = pre.double() - (MHC_EPS if self.variant == "deepseek_v4" else 0.0)
-                pre, post, res = torch.logit(target).float(), torch.zeros(k), MHC_RES_DIAGONAL * torch.eye(k)
+                # DeepSeek's read-in adds eps after the sigmoid; the raw mixing is symmetric, so comb^T = comb
+                target = pre - (self.eps if self.variant == "deepseek_v4" else 0.0)
+                pre, post, res = torch.logit(target), torch.zeros(k), MHC_RES_DIAGONAL * torch.eye(k)
+            elif self.mode == "independent":  # Hy4's read-in and write add eps after their sigmoids
+                write = torch.tensor((1.0 - self.eps) / self.magnitude, dtype=torch.float64)
+                pre, post = torch.logit(pre - self.eps), torch.logit(write).expand(k)
         elif self.variant == "deepseek_v4":  # DeepSeek-V4's init of its biases
             pre, post, res = torch.zeros(k), torch.zeros(k), torch.zeros(k, k)
+        elif self.mode == "independent":  # Hy4's: a read-in of 1/K per stream, a write of M/2 + eps
+            pre, post, res = torch.full((k,), -math.log(max(k - 1, 1))), torch.zeros(k), None
         else:
             pre, post, res = torch.full((k,), 1.0 / k), torch.ones(k), torch.eye(k)
+        pre, post = pre.float(), post.float()
         if config.hc_init_noise > 0:
-            pre, post, res = (t + config.hc_init_noise * torch.randn_like(t) for t in (pre, post, res))
+            pre, post = (t + config.hc_init_noise * torch.randn_like(t) for t in (pre, post))
+            if self.mixes:
+                res = res + config.hc_init_noise * torch.randn_like(res)
         init.copy_(self.pre, pre)
         init.copy_(self.post, post)
-        init.copy_(self.res, res)
+        if self.mixes:
+            init.copy_(self.res, res)
         if self.dynamic:
-            init.zeros_(self.dynamic_proj.weight)
+            if self.mode == "independent" and not config.identity_init:  # Hy4 draws its projection
+                init.normal_(self.dynamic_proj.weight, mean=0.0, std=config.initializer_range)
+            else:
+                init.zeros_(self.dynamic_proj.weight)
             init.constant_(self.dynamic_scale, float(config.hc_dynamic_scale_init))
 
     def coefficients(self, h: torch.Tensor):
-        """`(H_pre, H_post, H_res)` for streams `h` `[B, T, K, C]` (shapes in the module docstring), computed in fp32
-        (whatever the dtype of the streams and the parameters) and returned in the streams' dtype."""
+        """`(H_pre, H_post, H_res)` for streams `h` `[B, T, K, C]` (shapes in the module docstring; `H_res` None in
+        independent HC), computed in fp32 (whatever the dtype of the streams and the parameters) and returned in the
+        streams' dtype."""
         k = self.streams
         with torch.autocast(device_type=h.device.type, enabled=False):
-            pre, post, res = self.pre.float(), self.post.float(), self.res.float()
+            pre, post = self.pre.float(), self.post.float()
+            res = self.res.float() if self.mixes else None
             if self.dynamic:
-                s_pre, s_post, s_res = self.dynamic_scale.float()
-                weight = self.dynamic_proj.weight.float()
+                scale, weight = self.dynamic_scale.float(), self.dynamic_proj.weight.float()
             if self.mode == "dynamic":  # per stream k: z[k] = Linear(RMSNorm(h_k)), [B, T, K, K + 2]
                 z = nn.functional.linear(rms_norm(h.float()), weight)
                 if self.dynamic_tanh:
                     z = torch.tanh(z)
-                pre = pre + s_pre * z[..., 0]
-                post = post + s_post * z[..., 1]
-                res = res + s_res * z[..., 2:].mT  # stream k's part is column k of H_res
-            elif self.dynamic:  # mHC, all streams at once: z = Linear(RMSNorm(flatten(h))), [B, T, K(K + 2)]
+                pre = pre + scale[0] * z[..., 0]
+                post = post + scale[1] * z[..., 1]
+                res = res + scale[2] * z[..., 2:].mT  # stream k's part is column k of H_res
+            elif self.dynamic:  # mHC and Hy4, all streams at once: z = Linear(RMSNorm(flatten(h))), [B, T, *]
                 z = nn.functional.linear(rms_norm(h.float().flatten(-2)), weight)
-                pre = pre + s_pre * z[..., :k]
-                post = post + s_post * z[..., k : 2 * k]
-                res = res + s_res * z[..., 2 * k :].unflatten(-1, (k, k))
-            if self.mode == "mhc":  # the manifold constraints
-                pre = torch.sigmoid(pre) + (MHC_EPS if self.variant == "deepseek_v4" else 0.0)
-                post = 2.0 * torch.sigmoid(post)
-                res = mhc_mixing(res, self.sinkhorn_iters, self.variant)
-        return pre.to(h.dtype), post.to(h.dtype), res.to(h.dtype)
+                pre = pre + scale[0] * z[..., :k]
+                post = post + scale[1] * z[..., k : 2 * k]
+                if self.mixes:
+                    res = res + scale[2] * z[..., 2 * k :].unflatten(-1, (k, k))
+            if self.mode in ("mhc", "independent"):  # the constraints of mHC (and its variants) and of Hy4
+                pre, post, res = constrain(
+                    pre, post, res, self.mode, self.variant, self.sinkhorn_iters, self.eps, self.magnitude
+                )
+        return pre.to(h.dtype), post.to(h.dtype), None if res is None else res.to(h.dtype)
 
-    def forward(self, h: torch.Tensor, branch) -> torch.Tensor:
-        """`h' = H_res h + H_post^T F(H_pre h)` for streams `h` `[B, T, K, C]`, with `branch` the sublayer `F`."""
+    def forward(self, h: torch.Tensor, branch, input_norm=None) -> torch.Tensor:
+        """`h' = H_res h + H_post^T F(H_pre h)` for streams `h` `[B, T, K, C]`, with `branch` the sublayer `F` (its
+        input norm included: `input_norm`, which the gated residual applies itself, is not used here)."""
         H_pre, H_post, H_res = self.coefficients(h)
         x = torch.einsum("...k,...kc->...c", H_pre, h)  # read-in
         y = branch(x)  # F(x)
-        return torch.einsum("...ij,...jc->...ic", H_res, h) + H_post.unsqueeze(-1) * y.unsqueeze(-2)  # mix and write
+        mixed = h if H_res is None else torch.einsum("...ij,...jc->...ic", H_res, h)  # mix
+        return mixed + H_post.unsqueeze(-1) * y.unsqueeze(-2)  # write
+
+
+class GatedResidual(nn.Module):
+    """Qwen3.8's gated residual around one sublayer (`hc_mode="gated"`; transformers' `Qwen4ExpTextGatedResidual`):
+    every stream normalised by the branch's own input norm `N` times a learned gain `G` [K, C] (together Qwen's
+    `hc_norm`), read through a low-rank per-channel sigmoid gate, written back with `2 sigmoid` weights, no mixing:
+
+        n_k = G_k * N(h_k),  (x, w) = gated_read(n),  h'_k = h_k + w_k F'(x)
+
+    with `F'` the branch without its input norm. As the read-out after the last layer (`sublayer="read_out"`, no
+    write, `N` the stock final norm) it is Qwen3.8's `hyper_connection_mixer`. The equation as written, and the
+    specification that `FastGatedResidual` (the default, `hc_implementation="fast"`) is tested against.
+
+    Keeping the stock norm and learning a gain on top of it (rather than Qwen's single `hc_norm` weight `w` with
+    `N(h) (1 + w)`) keeps every stock weight in use and the conversion exact: with a zero up-projection the gate is
+    0.5, with `G` = 2 K on stream `l mod K` and 0 elsewhere the read is `N(h)` bit for bit (K a power of two), and
+    with a zero injection projection the write is `2 sigmoid(0)` = 1. `interlayer.native` converts to and from
+    Qwen's layout (`1 + w = m G`, `m` the stock norm's multiplier)."""
+
+    def __init__(self, config, layer_idx: int, sublayer: str):
+        super().__init__()
+        k, width = config.hc_streams, config.hidden_size
+        self.layer_idx, self.sublayer, self.streams = layer_idx, sublayer, k
+        self.norm_gain = nn.Parameter(torch.empty(k, width, dtype=FP32))
+        self.read_down = nn.Linear(k * width, config.hc_lowrank, bias=False, dtype=FP32)
+        self.read_up = nn.Linear(config.hc_lowrank, k * width, bias=False, dtype=FP32)
+        self.writes = sublayer != "read_out"
+        if self.writes:
+            self.inject = nn.Linear(k * width, k, bias=False, dtype=FP32)
+
+    @torch.no_grad()
+    def reset_parameters(self, config) -> None:
+        """Qwen3.8's init, or with `identity_init` the exact start (see the class), through
+        `transformers.initialization` so that loaded values are kept. `hc_init_noise` perturbs the gains and the up-
+        and injection projections."""
+        k, noise, std = self.streams, float(config.hc_init_noise), config.initializer_range
+        init.normal_(self.read_down.weight, mean=0.0, std=std)  # drawn in both: the up-projection learns through it
+        if config.identity_init:
+            # the read-out starts on the stream the last layer focused on, as a layer after it would
+            shares = read_in_shares(k, config.read_in_focus, self.layer_idx)
+            gain = (2 * k * shares).float().unsqueeze(-1).expand_as(self.norm_gain)
+            init.copy_(self.norm_gain, gain + noise * torch.randn(self.norm_gain.shape) if noise else gain)
+            for proj in (self.read_up, self.inject) if self.writes else (self.read_up,):
+                init.normal_(proj.weight, mean=0.0, std=noise) if noise else init.zeros_(proj.weight)
+        else:
+            init.ones_(self.norm_gain)
+            for proj in (self.read_up, self.inject) if self.writes else (self.read_up,):
+                init.normal_(proj.weight, mean=0.0, std=std)
+
+    def weights(self) -> tuple:
+        """The gains and the projections' weights, in fp32 (`gated_read`'s order; no injection in the read-out)."""
+        inject = self.inject.weight.float() if self.writes else None
+        return self.norm_gain.float(), self.read_down.weight.float(), self.read_up.weight.float(), inject
+
+    def read(self, h: torch.Tensor, input_norm) -> tuple:
+        """`(x, write, gate)` of `gated_read` for streams `h` `[B, T, K, C]` in fp32, `input_norm` applied to every
+        stream under the caller's autocast (as the stock layer applies it)."""
+        normed = input_norm(h)
+        with torch.autocast(device_type=h.device.type, enabled=False):
+            gain, down, up, inject = self.weights()
+            return gated_read(normed.float() * gain, down, up, inject)
+
+    def forward(self, h: torch.Tensor, branch, input_norm) -> torch.Tensor:
+        """`h'_k = h_k + w_k F'(x)` for streams `h` `[B, T, K, C]`, with `branch` the sublayer (called without its
+        input norm) and `input_norm` the norm it starts with."""
+        x, write, _ = self.read(h, input_norm)
+        y = branch(x.to(h.dtype), input_norm=False)
+        return h + write.to(h.dtype).unsqueeze(-1) * y.unsqueeze(-2)
+
+
+class DynamicReadOut(nn.Module):
+    """DeepSeek-V4's and Hy4's read-out after the last layer (`hc_read_out="dynamic"`; transformers'
+    `DeepseekV4HyperHead`, `HYV4HyperHead`): `sum_k pre_k h_k` with `pre = sigmoid(Linear(RMSNorm(flatten(h))) * s +
+    b) + eps`, computed in fp32."""
+
+    def __init__(self, config):
+        super().__init__()
+        k = config.hc_streams
+        self.streams, self.eps = k, float(config.hc_eps)
+        self.weight = nn.Parameter(torch.empty(k, k * config.hidden_size, dtype=FP32))
+        self.base = nn.Parameter(torch.empty(k, dtype=FP32))
+        self.scale = nn.Parameter(torch.empty(1, dtype=FP32))
+
+    @torch.no_grad()
+    def reset_parameters(self, config) -> None:
+        """With `identity_init` the mean (`sigmoid(b) + eps = 1/K`, a zero projection); else DeepSeek-V4's init
+        (`mhc_variant="deepseek_v4"`: biases 0, scale 1) or Hy4's (biases `-log(K - 1)`, scale 0.01)."""
+        k = self.streams
+        if config.identity_init:
+            init.zeros_(self.weight)
+            init.copy_(self.base, torch.logit(torch.full((k,), 1.0 / k, dtype=torch.float64) - self.eps).float())
+            init.constant_(self.scale, float(config.hc_dynamic_scale_init))
+            return
+        init.normal_(self.weight, mean=0.0, std=config.initializer_range)
+        deepseek = config.hc_mode == "mhc" and config.mhc_variant == "deepseek_v4"
+        init.constant_(self.base, 0.0 if deepseek else -math.log(max(k - 1, 1)))
+        init.constant_(self.scale, 1.0 if deepseek else float(config.hc_dynamic_scale_init))
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(device_type=h.device.type, enabled=False):
+            pre = dynamic_read_out_weights(h, self.weight, self.base, self.scale, self.eps)
+            return (pre.unsqueeze(-1) * h.float()).sum(-2).to(h.dtype)
 
 
 class FastHyperConnection(FastHyperConnectionMixin, HyperConnection):
@@ -198,10 +352,19 @@ class FastHyperConnection(FastHyperConnectionMixin, HyperConnection):
     the stream recomputation, fused coefficients and the statistics of `mechanism_stats()`."""
 
 
-def hyper_connection_class(config) -> type[HyperConnection]:
-    """The class of a layer's hyper-connections, chosen when the layer is built: `HyperConnection` (the equation) for
-    `hc_implementation="eager"`, else `FastHyperConnection`."""
-    return HyperConnection if config.hc_implementation == "eager" else FastHyperConnection
+class FastGatedResidual(FastGatedResidualMixin, GatedResidual):
+    """`GatedResidual` with the `forward` of hyper_connections_fast.py (`hc_implementation="fast"`, the default): the
+    same parameters and function, its read recomputed in backward instead of kept, the stream recomputation, and the
+    statistics of `mechanism_stats()`."""
+
+
+def hyper_connection_class(config) -> type[nn.Module]:
+    """The class of a layer's hyper-connections, chosen when the layer is built: the equation (`HyperConnection`,
+    `GatedResidual`) for `hc_implementation="eager"`, else its fast implementation."""
+    eager = config.hc_implementation == "eager"
+    if config.hc_mode == "gated":
+        return GatedResidual if eager else FastGatedResidual
+    return HyperConnection if eager else FastHyperConnection
 
 
 class HCDecoderLayerMixin(DecoderLayerRolesMixin):
@@ -215,8 +378,10 @@ class HCDecoderLayerMixin(DecoderLayerRolesMixin):
         self.hc_mlp = hyper_connection(config, layer_idx, "mlp")
 
     def residual_block(self, streams: torch.Tensor, attention) -> torch.Tensor:
-        """`h' = H_res h + H_post^T F(H_pre h)` around `F_attn`, then around `F_mlp`."""
-        return self.hc_mlp(self.hc_attn(streams, attention), self.mlp_branch)
+        """`h' = H_res h + H_post^T F(H_pre h)` around `F_attn`, then around `F_mlp` (each given the norm its branch
+        starts with, which the gated residual applies to every stream itself)."""
+        streams = self.hc_attn(streams, attention, self.input_norm("attn"))
+        return self.hc_mlp(streams, self.mlp_branch, self.input_norm("mlp"))
 
 
 class HCPreTrainedMixin(FreezeBaseMixin):
@@ -224,21 +389,41 @@ class HCPreTrainedMixin(FreezeBaseMixin):
 
     mechanism_name = "Hyper-connections"
     mechanism_param_prefix = "hc_"
-    # the identity init holds to float rounding only: the coefficients (read-in weights summing to 1, Sinkhorn rows) are
-    # computed, not stored, and the streams are mixed in another order than the stock residual sums (docs/matrix.md)
-    stock_function_tolerance = 1e-4
+    # the parameters of every form, kept in fp32 when `from_pretrained` loads in bf16 or fp16, as transformers keeps
+    # the native modules' (`_keep_in_fp32_modules_strict` of DeepSeek-V4 and Hy4): their small updates survive
+    _keep_in_fp32_modules_strict = ["hc_attn", "hc_mlp", "hc_read_out", "hc_head", "hc_mixer"]
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The stock weights' dtype (what the model is loaded and saved in; the hyper-connection parameters are fp32
+        in any), as transformers' reads the first parameter, which may be the fp32 `hc_read_out`."""
+        named = self.named_parameters()
+        return next(p.dtype for n, p in named if p.is_floating_point() and not self.is_mechanism_parameter(n))
+
+    @property
+    def stock_function_tolerance(self) -> float:
+        """0 (bit for bit) for the gated residual read one-hot at K a power of two, whose gains and gates are powers
+        of two; else the float rounding of computed coefficients (read-in weights summing to 1, Sinkhorn rows,
+        DeepSeek's and Hy4's eps) and of the streams mixed in another order than the stock residual sums
+        (docs/hyper_connections.md)."""
+        c, k = self.config, self.config.hc_streams
+        exact = c.hc_mode == "gated" and c.read_out == "gated" and c.read_in_focus == 1.0 and k & (k - 1) == 0
+        return 0.0 if exact else 1e-4
 
     @torch.no_grad()
     def _init_weights(self, module):
         super()._init_weights(module)
-        if isinstance(module, HyperConnection):
+        if isinstance(module, (HyperConnection, GatedResidual, DynamicReadOut)):
             module.reset_parameters(self.config)
-        elif isinstance(module, HCModelMixin):
+        elif isinstance(module, HCModelMixin) and self.config.read_out == "learned":
             init.constant_(module.hc_read_out, 1.0 / self.config.hc_streams)
 
     @property
-    def hyper_connections(self) -> list[HyperConnection]:
-        return [m for m in self.modules() if isinstance(m, HyperConnection)]
+    def hyper_connections(self) -> list[nn.Module]:
+        """The hyper-connections around the sublayers, in order (`HyperConnection` or `GatedResidual`)."""
+        return [
+            m for m in self.modules() if isinstance(m, (HyperConnection, GatedResidual)) and m.sublayer != "read_out"
+        ]
 
     def mechanism_summary(self) -> str:
         c = self.config
@@ -250,13 +435,24 @@ class HCPreTrainedMixin(FreezeBaseMixin):
             + (", DeepSeek-V4's formula" if c.mhc_variant == "deepseek_v4" else "")
             + (", input-dependent" if c.mhc_dynamic else ", static")
             + ")",
+            "independent": f"independent hyper-connections (Hy4: sigmoid read-in, {c.hc_magnitude:g}*sigmoid write, "
+            "input-dependent, no mixing)",
+            "gated": f"gated residuals (Qwen3.8: the streams normalised by each branch's input norm, a rank-"
+            f"{c.hc_lowrank} per-channel read gate, 2*sigmoid writes, no mixing)",
         }[c.hc_mode]
+        read_out = {
+            "learned": "a learned read-out",
+            "mean": "the mean as read-out",
+            "dynamic": "an input-dependent read-out",
+            "gated": "a gated read-out in place of the final norm",
+        }[c.read_out]
         frozen = "Only the hyper-connection parameters train (`freeze_base`). " if c.freeze_base else ""
         return (
-            f"{c.hc_streams} residual streams of full width with {mode} around every attention and MLP sublayer "
-            "(interlayer, seed 002): `h' = H_res h + H_post^T F(H_pre h)`. Stock weight names; the mechanism's tensors "
-            f"are named `hc_*`. {frozen}Log `mechanism_stats()` (or use `interlayer.callbacks.MechanismStatsCallback`) "
-            "to watch the coefficients and the composite residual gain across depth."
+            f"{c.hc_streams} residual streams of full width with {mode} around every attention and MLP sublayer, and "
+            f"{read_out} (interlayer, seed 002): `h' = H_res h + H_post^T F(H_pre h)`. Stock weight names; the "
+            f"mechanism's tensors are named `hc_*`. {frozen}Log `mechanism_stats()` (or use "
+            "`interlayer.callbacks.MechanismStatsCallback`) to watch the coefficients and the composite residual gain "
+            "across depth."
         )
 
     def mechanism_stats(self, reset: bool = True, split: str | None = None) -> dict[str, float]:
@@ -287,19 +483,22 @@ class HCPreTrainedMixin(FreezeBaseMixin):
 
 
 class HCModelMixin(HCPreTrainedMixin, DecoderStackMixin):
-    """The decoder stack with K residual streams: stock embeddings, layers, rotary embedding and final norm."""
+    """The decoder stack with K residual streams: stock embeddings, layers, rotary embedding and final norm, and the
+    read-out of `hc_read_out` after the last layer (`hc_read_out` weights, `hc_head`, `hc_mixer` or none)."""
 
     def build_mechanism(self, config) -> None:
-        self.hc_read_out = nn.Parameter(torch.empty(config.hc_streams))
+        if config.read_out == "learned":
+            self.hc_read_out = nn.Parameter(torch.empty(config.hc_streams, dtype=FP32))
+        elif config.read_out == "dynamic":
+            self.hc_head = DynamicReadOut(config)
+        elif config.read_out == "gated":  # once a forward: the equation, also with the fast hyper-connections
+            self.hc_mixer = GatedResidual(config, config.num_hidden_layers, "read_out")
         self.hc_machinery = None
         if config.hc_implementation == "fast":  # what the fast hyper-connections run around the layers of a forward
             self.hc_gain_stats = RunningMaxAccumulator()
             self.hc_machinery = ForwardPassMachinery()
             for hc in self.hyper_connections:
                 hc.machinery = self.hc_machinery
-
-    def read_out(self, streams: torch.Tensor) -> torch.Tensor:
-        return (streams * self.hc_read_out.to(streams.dtype).unsqueeze(-1)).sum(dim=-2)
 
     def check_forward(self, kwargs: dict) -> None:
         built = "eager" if self.hc_machinery is None else "fast"
@@ -315,9 +514,21 @@ class HCModelMixin(HCPreTrainedMixin, DecoderStackMixin):
         return inputs_embeds.unsqueeze(-2).expand(*inputs_embeds.shape[:-1], self.config.hc_streams, -1)
 
     def read_state(self, streams: torch.Tensor) -> torch.Tensor:
-        """The read-out of the streams, `sum_k r_k h_k`: the hidden state recorded after each layer, and what the final
-        norm takes."""
-        return self.read_out(streams)
+        """The hidden state the streams stand for, recorded after each layer and, but with the gated read-out, what the
+        final norm takes: `sum_k r_k h_k` (learned), `DynamicReadOut`'s, or the mean (also with the gated read-out,
+        which normalises the streams before it reads them)."""
+        read_out = self.config.read_out
+        if read_out == "learned":
+            return (streams * self.hc_read_out.to(streams.dtype).unsqueeze(-1)).sum(dim=-2)
+        if read_out == "dynamic":
+            return self.hc_head(streams)
+        return streams.mean(-2)
+
+    def leave_layers(self, streams: torch.Tensor) -> torch.Tensor:
+        """The stock final norm of `read_state`; the gated read-out instead reads the finally-normed streams."""
+        if self.config.read_out != "gated":
+            return super().leave_layers(streams)
+        return self.hc_mixer.read(streams, self.final_norm)[0].to(streams.dtype)
 
     def around_layers(self, attention_mask):
         """The fast implementation's stream recomputation and composite-gain tracking around the layers of an eager
@@ -332,7 +543,7 @@ class HCForCausalLMMixin(HCPreTrainedMixin, CausalLMMixin):
     """The stock causal-LM head on top of the hyper-connection decoder; stock forward and `generate()`."""
 
 
-__all__ = ["HyperConnection", "deepseek_comb", "sinkhorn_knopp"]
+__all__ = ["DynamicReadOut", "GatedResidual", "HyperConnection", "deepseek_comb", "sinkhorn_knopp"]
 
 
 # --- begin generated classes (python -m interlayer.generate_classes --fix): do not edit ---

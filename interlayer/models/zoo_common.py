@@ -212,6 +212,9 @@ class ZooConfigMixin:
 
     stock_model_types: ClassVar[tuple[str, ...]] = ()
     presets: ClassVar[dict[str, dict[str, Any]]] = {}
+    # whether both residual branches of the converted decoder family start with a norm (`DecoderFamily.input_norms`,
+    # written into the family's config classes by the class generator): False for OLMo 2, whose norms come after
+    branch_input_norms: ClassVar[bool] = True
 
     @classmethod
     def from_dict(cls, config_dict: dict[str, Any], **kwargs):

@@ -31,7 +31,8 @@ class LoadingTests:
         """`interlayer.convert(stock_model, mechanism)` on a model already in memory gives the model that converting
         its saved checkpoint gives: the stock function where identity is claimed; with the mechanism active, every
         stock weight and the config equal, so with the same mechanism weights the same outputs; in the stock
-        model's dtype."""
+        model's dtype (but the parameters the class keeps in fp32, `_keep_in_fp32_modules_strict`, as transformers
+        keeps the modules it names)."""
         from ..zoo import ZOO, convert
 
         entry = next(e for e in ZOO if e.model_class is self.case.model_class)
@@ -56,7 +57,10 @@ class LoadingTests:
                 _output(from_folder.eval(), batch, self.case.output_name),
             )
         half, _ = convert(copy.deepcopy(stock).to(torch.bfloat16), entry.mechanism, entry.task)
-        assert {p.dtype for p in half.parameters()} == {torch.bfloat16}
+        kept = set(type(half)._keep_in_fp32_modules_strict or ())  # fp32 whatever the weights' dtype, as declared
+        for name, p in half.named_parameters():
+            expected = torch.float32 if kept & set(name.split(".")) else torch.bfloat16
+            assert p.dtype == expected, f"{name}: {p.dtype}"
 
     def test_built_without_weight_init_then_loaded_equals_the_loaded_model(self, tmp_path):
         """A model built under `transformers.initialization.no_init_weights` (as `from_pretrained` builds it under

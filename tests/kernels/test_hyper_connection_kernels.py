@@ -65,6 +65,27 @@ def test_dispatch_takes_the_pytorch_implementation_where_the_kernels_cannot_run(
     assert dispatch.kernels_for(hc, torch.zeros(1, 4, 8, device="meta")) is None
 
 
+@pytest.mark.parametrize(
+    "options, reason",
+    [
+        (dict(hc_mode="independent"), "hc_mode='independent'"),
+        (dict(hc_mode="mhc", mhc_variant="deepseek_v4", hc_eps=1e-4), "hc_eps=0.0001"),
+    ],
+)
+def test_forms_without_kernels_take_the_pytorch_implementation(tmp_path, monkeypatch, options, reason):
+    """A form the kernels do not compute (Hy4's independent HC, DeepSeek-V4's formula at another `hc_eps`) runs the
+    PyTorch implementation on a kernel device, and says why once (Qwen3.8's gated residual is a module of its own,
+    which never asks for them)."""
+    build_stock_llama(str(tmp_path))
+    model = LlamaMHCForCausalLM.from_pretrained(tmp_path, **options)
+    monkeypatch.setattr(dispatch, "DEVICES", ("meta",))
+    monkeypatch.setattr(dispatch, "_logged", set())
+    with CaptureLogger(hf_logging.get_logger("transformers.interlayer")) as captured:
+        for hc in model.hyper_connections:
+            assert dispatch.kernels_for(hc, torch.zeros(1, 4, 8, device="meta")) is None
+    assert captured.out.count(reason) == 1, captured.out
+
+
 def test_a_saved_model_loads_and_runs_where_triton_is_not_installed(tmp_path):
     """A saved (static) mHC model's remote code imports, loads and computes its logits in a process where neither
     Triton, Liger-Kernel nor interlayer can be imported; where its streams would take the kernels (CPU counted as a

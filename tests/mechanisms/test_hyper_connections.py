@@ -10,6 +10,7 @@ import weakref
 import pytest
 import torch
 from batches import lm_batch, lm_labels
+from converted_models import stream_spread
 from fused_calls import counting_fused
 from stock_checkpoints import build_stock_llama, build_stock_qwen3
 from transformers import Trainer, TrainingArguments
@@ -365,14 +366,23 @@ def test_half_precision_weights_train_and_generate_close_to_fp32(stock_llama, op
     assert generated.shape == (1, 10) and torch.equal(generated[:, :6], prompt)
 
 
+def _dtypes(model) -> dict[bool, set]:
+    """`{is a hyper-connection parameter: the dtypes of those parameters}`."""
+    found = {True: set(), False: set()}
+    for name, p in model.named_parameters():
+        found[model.is_mechanism_parameter(name)].add(p.dtype)
+    return found
+
+
 def test_bf16_checkpoint_loads_in_bf16_and_computes_the_stock_function(tmp_path):
-    """Qwen3-0.6B is stored in bf16 and transformers 5 loads a checkpoint in its stored dtype: converting it gives a
-    bf16 mHC model, which runs, trains, generates the stock tokens, and saves and reloads in bf16."""
+    """Qwen3-0.6B is stored in bf16 and transformers 5 loads a checkpoint in its stored dtype: converting it gives an
+    mHC model with bf16 stock weights and fp32 hyper-connection parameters (as transformers keeps the native modules'),
+    which says it is bf16, runs, trains, generates the stock tokens, and saves and reloads so."""
     folder = str(tmp_path / "stock")
     build_stock_qwen3(folder).to(torch.bfloat16).save_pretrained(folder)
     stock = build_stock_qwen3(str(tmp_path / "unused")).to(torch.bfloat16).eval()
     model = Qwen3MHCForCausalLM.from_pretrained(folder, freeze_base=False).eval()
-    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    assert _dtypes(model) == {True: {torch.float32}, False: {torch.bfloat16}} and model.dtype == torch.bfloat16
     batch = lm_batch()
     with torch.no_grad():
         torch.testing.assert_close(model(**batch).logits, stock(**batch).logits, **HALF_TOLERANCE[torch.bfloat16])
@@ -384,7 +394,7 @@ def test_bf16_checkpoint_loads_in_bf16_and_computes_the_stock_function(tmp_path)
     assert all(torch.isfinite(p.grad).all() for p in model.parameters())
     model.save_pretrained(tmp_path / "mhc")
     reloaded = Qwen3MHCForCausalLM.from_pretrained(tmp_path / "mhc").eval()
-    assert {p.dtype for p in reloaded.parameters()} == {torch.bfloat16}
+    assert _dtypes(reloaded) == {True: {torch.float32}, False: {torch.bfloat16}}
     with torch.no_grad():
         torch.testing.assert_close(reloaded(**batch).logits, model.eval()(**batch).logits, rtol=0, atol=0)
 
@@ -561,17 +571,6 @@ def test_worst_composite_gain_over_tokens_matches_hand_computation(stock_llama):
     assert stats["hc/amax_gain_row"] < worst[0] / 2, (stats["hc/amax_gain_row"], worst[0])
 
 
-def _stream_spread(model, batch):
-    """Largest difference between any stream and stream 0 at the last layer, relative to the stream's size."""
-    captured = {}
-    handle = model.model.layers[-1].register_forward_hook(lambda m, a, out: captured.update(streams=out))
-    with torch.no_grad():
-        model(**batch)
-    handle.remove()
-    streams = captured["streams"]
-    return ((streams - streams[..., :1, :]).abs().max() / streams.abs().max()).item()
-
-
 @pytest.mark.parametrize("focus, diverges", [(1.0, True), (0.0, False)])
 def test_read_in_focus_breaks_stream_symmetry_in_training(stock_llama, focus, diverges):
     """With a uniform read-in (focus 0) and no noise the K streams stay copies of each other however long one
@@ -579,13 +578,13 @@ def test_read_in_focus_breaks_stream_symmetry_in_training(stock_llama, focus, di
     model = LlamaMHCForCausalLM.from_pretrained(stock_llama[0], hc_mode="static", hc_read_in_focus=focus).train()
     batch = lm_batch()
     batch["labels"] = lm_labels(batch)
-    assert _stream_spread(model, batch) == 0.0
+    assert stream_spread(model, batch) == 0.0
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
     for _ in range(5):
         model(**batch).loss.backward()
         optimizer.step()
         optimizer.zero_grad()
-    spread = _stream_spread(model, batch)
+    spread = stream_spread(model, batch)
     assert (spread > 1e-2) if diverges else (spread < 1e-4), spread  # copies differ only by rounding
 
 

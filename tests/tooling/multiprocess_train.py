@@ -89,11 +89,11 @@ GATED = dict(identity_init=False, unet_skips=True, **no_dropout(GPT2_SENTINEL))
 
 def cases() -> dict[str, tuple]:
     """`{name: (stock builder, zoo class, options, rows, callbacks)}`: the distributed example of every mechanism's
-    record (`conformance_cases.examples(distributed=True)`), two more examples (the BERT bridges, Qwen3's compiled mHC
+    record (`conformance_cases.examples(distributed=True)`), two more examples (the BERT bridges, Qwen2's compiled mHC
     coefficients in each process), and the sentinel's training tools (the gates' L1 term, the controller, growth)."""
     return {
         **{name: registry_case(tiny) for name, tiny in examples(distributed=True).items()},
-        **{name: registry_case(examples()[name]) for name in ("BertBridge", "Qwen3MHC")},
+        **{name: registry_case(examples()[name]) for name in ("BertBridge", "Qwen2MHC")},
         "sentinel_gpt2_l1": (build_stock_gpt2, GPT2_SENTINEL, {**GATED, "gate_l1": 1e-4}, lm_rows, ()),
         "sentinel_gpt2_controller": (build_stock_gpt2, GPT2_SENTINEL, GATED, lm_rows, (sentinel_controller,)),
         "sentinel_gpt2_growth": (build_stock_gpt2, GPT2_SENTINEL, GATED, lm_rows, (progressive_growth,)),
