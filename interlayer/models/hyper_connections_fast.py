@@ -17,7 +17,7 @@ outputs and every gradient, in every mode, with and without the stream recomputa
 - `RMSNorm(h) W` computed as `(h W) / rms(h)` (no normalised copy kept) and, for per-token coefficients, Sinkhorn's
   rounds recomputed in backward instead of kept;
 - `hc_fused`: the input-dependent mHC coefficients as one function compiled with `torch.compile(fullgraph=True)`;
-- without grad, static coefficients computed once and reused until a parameter changes;
+- in `generate()`, static coefficients computed once for the call (`ForwardPassMachinery.reusing_static_maps`);
 - `CompositeGain` and the deferred statistics: every sublayer hands its coefficients over, and the mean
   coefficients and the worst composite gain of the forward are computed once at its end (`ForwardPassMachinery`).
 
@@ -365,6 +365,23 @@ class ForwardPassMachinery:
     def __init__(self):
         self.recompute: StreamRecomputation | None = None
         self.gain: CompositeGain | None = None
+        self.static_maps: dict | None = None  # inside `reusing_static_maps`: {(hyper-connection, dtype): maps}
+
+    @contextlib.contextmanager
+    def reusing_static_maps(self):
+        """Inside (one `generate()` call), the static coefficients of each hyper-connection are computed by its first
+        forward and reused by the next ones, since no parameter changes during a call. Nothing outlives it: a value
+        kept across calls would need to know when a parameter changes, and a write through `.data` (as DeepSpeed ZeRO
+        makes every step) moves neither its storage pointer nor its version counter. Nested calls share the outermost
+        one's."""
+        if self.static_maps is not None:
+            yield
+            return
+        self.static_maps = {}
+        try:
+            yield
+        finally:
+            self.static_maps = None
 
     @contextlib.contextmanager
     def around_layers(self, model, attention_mask):
@@ -398,17 +415,17 @@ class FastHyperConnectionMixin:
         self.fused = config.hc_fused and self.mode == "mhc" and self.dynamic and self.streams > 1
         self.stats = DeferredStatsAccumulator()
         self.machinery = ForwardPassMachinery()  # the model's, shared by all its hyper-connections, once it is built
-        self._frozen = None  # without grad: (key, value) of what depends on the parameters only
 
-    def _reused(self, make, dtype):
-        """`make()` (a function of the parameters only), reused without grad until a parameter changes (the key
-        reads storage pointers and version counters, which tracing has not) or the dtype does."""
-        if torch.is_grad_enabled() or torch.compiler.is_compiling():
-            return make()
-        key = (dtype, *((p.data_ptr(), p._version) for p in self.parameters()))
-        if self._frozen is None or self._frozen[0] != key:
-            self._frozen = (key, make())
-        return self._frozen[1]
+    def _static_maps(self, streams: torch.Tensor):
+        """`_maps(streams)` of static coefficients (a function of the parameters and the streams' dtype only),
+        computed once per `generate()` call (`ForwardPassMachinery.reusing_static_maps`) and at every other forward."""
+        reused = self.machinery.static_maps
+        if reused is None or torch.is_grad_enabled() or torch.compiler.is_compiling():
+            return self._maps(streams)
+        key = (self, streams.dtype)
+        if key not in reused:
+            reused[key] = self._maps(streams)
+        return reused[key]
 
     def _dynamic_parts(self, streams: torch.Tensor):
         """HC's per-stream input-dependent parts from fp32 streams: `Linear(RMSNorm(h_k))` (`[..., K, K + 2]`),
@@ -422,10 +439,9 @@ class FastHyperConnectionMixin:
     def coefficients(self, streams: torch.Tensor):
         """`(H_pre [..., K], H_post [..., K], H_res [..., K, K])`: shapes `[K]` when static, `[batch, seq, K]`
         when input-dependent. Computed in fp32 (whatever the dtype of the streams and the parameters) and returned in
-        the streams' dtype. Without grad, static coefficients are computed once and reused until a parameter
-        changes."""
+        the streams' dtype. Static coefficients are computed once per `generate()` call (`_static_maps`)."""
         if not self.dynamic:
-            return self._reused(lambda: self._coefficients(streams), streams.dtype)
+            return self._static_maps(streams)[:3]
         return self._coefficients(streams)
 
     def _coefficients(self, streams: torch.Tensor):
@@ -465,7 +481,7 @@ class FastHyperConnectionMixin:
         if self.dynamic:
             pre, post, res, maps = self._maps(streams)
         else:
-            pre, post, res, maps = self._reused(lambda: self._maps(streams), streams.dtype)
+            pre, post, res, maps = self._static_maps(streams)
         if gain is not None and not gain.closed:
             gain.record(self, pre, post, res)
         # read-in and mixing in one product: row 0 of [H_pre; H_res] @ h is the sublayer input, rows 1.. the mixed
