@@ -4,32 +4,21 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from huggingface_hub.errors import StrictDataclassError
 
-
-def parse_option(text: str) -> tuple[str, object]:
-    """`key=value` with a JSON value (`route_topk=2`, `identity_init=false`, `route_pool="cls"`), or a bare string."""
-    if "=" not in text:
-        raise argparse.ArgumentTypeError(f"--set takes key=value, got {text!r}")
-    key, raw = text.split("=", 1)
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError:
-        value = raw
-    return key.strip(), value
+from .command_options import add_option, parse_options
 
 
 def cmd_convert(args) -> int:
     from .zoo import convert, prepare_output_dir, save_atomically
 
-    prepare_output_dir(args.output, args.overwrite)
-    options = dict(args.set or [])
+    options = parse_options(args.set)
     if args.num_labels is not None:
-        options["num_labels"] = args.num_labels
+        options = add_option(options, "num_labels", args.num_labels, "--num-labels")
+    prepare_output_dir(args.output, args.overwrite)
     model, report = convert(args.source, mechanism=args.mechanism, task=args.task, preset=args.preset, **options)
     saved = save_atomically(model, args.output, tokenizer_source=args.source, overwrite=args.overwrite)
     p = report.parameters
@@ -291,9 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="default: the task the checkpoint was saved for, else base",
     )
     convert.add_argument("--preset", help="a named preset of the mechanism (see `interlayer list`)")
-    convert.add_argument(
-        "--set", type=parse_option, action="append", metavar="KEY=VALUE", help="a config option, JSON value; repeatable"
-    )
+    convert.add_argument("--set", action="append", metavar="KEY=VALUE", help="a config option, JSON value; repeatable")
     convert.add_argument("--num-labels", type=int)
     convert.add_argument("--overwrite", action="store_true")
     convert.set_defaults(func=cmd_convert)
