@@ -2,15 +2,94 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import queue
 import subprocess
 import sys
-import textwrap
+import tempfile
+import threading
 
 import torch
 
 from .case import _output
+
+
+class RemoteCodeLoader:
+    """One interpreter per test process, started with `interlayer` made unimportable (`sys.modules["interlayer"] =
+    None`), offline, with an empty Hugging Face home, that loads saved folders through their remote code as a user
+    of the Hub would and runs them on a saved batch. Shared by every class's test in the process: starting torch
+    and transformers is most of a fresh interpreter's cost, and each folder's remote code is imported as a package
+    of its own (transformers names it by the hash of its files), so one load cannot lend another a module."""
+
+    SCRIPT = """
+import json, sys, traceback
+sys.modules["interlayer"] = None  # the package must not be needed
+import torch, transformers
+for line in sys.stdin:
+    job = json.loads(line)
+    try:
+        model = getattr(transformers, job["auto_class"]).from_pretrained(job["folder"], trust_remote_code=True).eval()
+        assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
+        batch = torch.load(job["batch"])
+        with torch.no_grad():
+            torch.save(getattr(model(**batch), job["output"]), job["out"])
+        base = transformers.AutoModel.from_pretrained(job["folder"], trust_remote_code=True)
+        assert type(base).__module__.startswith("transformers_modules"), type(base).__module__
+        reply = {"error": None}
+    except BaseException:
+        reply = {"error": traceback.format_exc()}
+    print("\\0" + json.dumps(reply), flush=True)
+"""
+    TIMEOUT = 300
+
+    def __init__(self):
+        self.home = tempfile.mkdtemp(prefix="interlayer-remote-code-")
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": os.path.join(self.home, "hf_home"), "PYTHONPATH": ""}
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", self.SCRIPT],
+            cwd=self.home,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        self.replies: queue.Queue = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        atexit.register(self.close)
+
+    def _read(self):
+        for line in self.process.stdout:
+            if line.startswith("\0"):
+                self.replies.put(json.loads(line[1:]))
+        self.replies.put({"error": f"the loader exited with {self.process.wait()}"})
+
+    _shared: RemoteCodeLoader | None = None
+
+    @classmethod
+    def shared(cls) -> RemoteCodeLoader:
+        """This process's loader, started anew if the last one exited."""
+        if cls._shared is None or cls._shared.process.poll() is not None:
+            cls._shared = cls()
+        return cls._shared
+
+    def load(self, **job) -> None:
+        """Load `folder` through `auto_class` and `AutoModel`, save the model's `output` on `batch` to `out`;
+        AssertionError with the loader's traceback if anything fails."""
+        self.process.stdin.write(json.dumps(job) + "\n")
+        self.process.stdin.flush()
+        reply = self.replies.get(timeout=self.TIMEOUT)
+        assert reply["error"] is None, reply["error"][-3000:]
+
+    def close(self):
+        if self.process.poll() is None:
+            self.process.stdin.close()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
 
 
 class SharingTests:
@@ -37,8 +116,9 @@ class SharingTests:
         assert card.startswith("---\n") and "library_name" in card and "interlayer" in card
 
     def test_fresh_process_loads_remote_code_offline(self, tmp_path):
-        """A fresh interpreter where `interlayer` cannot be imported loads the folder through the Auto class with
-        `trust_remote_code=True` and `HF_HUB_OFFLINE=1`, and reproduces the outputs."""
+        """An interpreter where `interlayer` cannot be imported (`RemoteCodeLoader`) loads the folder through the
+        Auto class and `AutoModel` with `trust_remote_code=True` and `HF_HUB_OFFLINE=1`, and reproduces the
+        outputs."""
         _, model = self._trained_copy(tmp_path)
         out_dir = str(tmp_path / "shared")
         model.save_pretrained(out_dir)
@@ -46,30 +126,13 @@ class SharingTests:
         torch.save(batch, tmp_path / "batch.pt")
         with torch.no_grad():
             expected = _output(model, batch, self.case.output_name)
-        script = textwrap.dedent(
-            f"""
-            import sys
-            sys.modules["interlayer"] = None  # the package must not be needed
-            import torch, transformers
-            model = transformers.{self.case.auto_class_name}.from_pretrained({out_dir!r}, trust_remote_code=True).eval()
-            assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
-            batch = torch.load({str(tmp_path / "batch.pt")!r})
-            with torch.no_grad():
-                torch.save(getattr(model(**batch), {self.case.output_name!r}), {str(tmp_path / "out.pt")!r})
-            base = transformers.AutoModel.from_pretrained({out_dir!r}, trust_remote_code=True)
-            assert type(base).__module__.startswith("transformers_modules"), type(base).__module__
-            """
+        RemoteCodeLoader.shared().load(
+            folder=out_dir,
+            auto_class=self.case.auto_class_name,
+            batch=str(tmp_path / "batch.pt"),
+            output=self.case.output_name,
+            out=str(tmp_path / "out.pt"),
         )
-        env = {
-            **os.environ,
-            "HF_HUB_OFFLINE": "1",
-            "HF_HOME": str(tmp_path / "hf_home"),
-            "PYTHONPATH": "",
-        }
-        result = subprocess.run(
-            [sys.executable, "-c", script], cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=300
-        )
-        assert result.returncode == 0, result.stderr[-3000:]
         torch.testing.assert_close(torch.load(tmp_path / "out.pt"), expected)
 
     def test_saved_folder_holds_no_local_path_and_keeps_a_hub_id(self, tmp_path):

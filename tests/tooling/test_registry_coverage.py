@@ -9,6 +9,7 @@ import multiprocess_train
 import pytest
 import toy_mechanism
 from conformance_cases import conformance_suites, examples
+from stock_checkpoints import build_stock_llama
 
 from interlayer.mechanisms import MECHANISMS, check_record
 
@@ -46,3 +47,13 @@ def test_a_mechanism_registered_in_a_test_is_covered_with_no_other_edit(toy, tmp
 
 def test_the_toy_is_not_registered_outside_its_test():
     assert "layer-scale" not in MECHANISMS and "LlamaLayerScale" not in examples()
+
+
+def test_a_mechanism_tensor_no_init_reaches_is_refused_at_conversion(tmp_path, monkeypatch):
+    """A conversion whose `_init_weights` misses a tensor of the mechanism (one in a container transformers' init
+    skips, say) is refused, naming the tensors, instead of handing over whatever memory they held."""
+    build_stock_llama(str(tmp_path / "stock"))
+    mixin = toy_mechanism.LayerScalePreTrainedMixin
+    monkeypatch.setattr(mixin, "_init_weights", lambda self, module: super(mixin, self)._init_weights(module))
+    with pytest.raises(RuntimeError, match=r"no initialisation reached \['model.layers.0.layerscale_attn"):
+        toy_mechanism.LlamaLayerScaleForCausalLM.from_pretrained(str(tmp_path / "stock"))
