@@ -171,6 +171,21 @@ def test_convert_says_no_such_folder_for_a_missing_local_path(tmp_path, capsys, 
         assert f"no such folder: {source}" in error
 
 
+def test_convert_names_the_missing_config_of_a_folder(tmp_path, capsys):
+    """A folder without `config.json` (weights only, or the wrong folder) is refused naming the file, not as an
+    unsupported `model_type=None`."""
+    from interlayer.zoo import convert
+
+    (tmp_path / "weights").mkdir()
+    (tmp_path / "weights" / "model.safetensors").write_bytes(b"")
+    source = str(tmp_path / "weights")
+    with pytest.raises(FileNotFoundError, match=f"{source} has no config.json"):
+        convert(source, "hyper-connections")
+    error = _convert_error(capsys, source, str(tmp_path / "out"), "--mechanism", "hyper-connections")
+    assert f"{source} has no config.json" in error and "model_type=None" not in error
+    assert not (tmp_path / "out").exists()
+
+
 def test_demo_and_bench_explain_every_option(capsys):
     """`interlayer demo --help` and `interlayer bench --help` say what each option means; `--quick` says that its
     ratios are a smoke test."""
