@@ -50,8 +50,7 @@ def load_sentinel(source: str):
 
 
 def cmd_prune(args) -> int:
-    from transformers import AutoTokenizer
-
+    from .inspection import load_tokenizer
     from .sentinel import prune_by_strategy
     from .training import lm_batches, lm_blocks
     from .zoo import export_stock, prepare_output_dir, save_atomically
@@ -71,7 +70,12 @@ def cmd_prune(args) -> int:
                 f"--strategy importance scores heads by the language-modelling loss on --text-file; {args.model} is a "
                 f"{task} model: use entropy, magnitude, random or flap"
             )
-        tokenizer = AutoTokenizer.from_pretrained(args.model)
+        tokenizer = load_tokenizer(args.model)
+        if tokenizer is None:
+            raise ValueError(
+                f"--strategy {args.strategy} reads --text-file through the model's tokenizer, and {args.model} has "
+                "none (no tokenizer files with a vocabulary): save one next to the weights, or use magnitude or random"
+            )
         with open(args.text_file, encoding="utf-8") as f:
             ids = tokenizer(f.read())["input_ids"]
         batches = lm_batches(lm_blocks(ids, args.seq_len), args.batch_size, limit=args.batches)

@@ -186,6 +186,18 @@ def test_convert_names_the_missing_config_of_a_folder(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+def test_prune_on_text_refuses_a_checkpoint_without_a_tokenizer(tmp_path, capsys):
+    """A GPT-2 saved without a tokenizer (transformers 5 then builds one of special tokens only, which gives no token
+    of the text): a strategy that reads `--text-file` is refused naming the missing tokenizer, before any scoring."""
+    build_gpt2(str(tmp_path / "gpt2"))
+    (tmp_path / "text.txt").write_text("the cat sat on the mat. " * 50)
+    command = ["prune", str(tmp_path / "gpt2"), str(tmp_path / "out"), "--strategy", "entropy", "--fraction", "0.25"]
+    assert main([*command, "--text-file", str(tmp_path / "text.txt")]) == 2
+    error = capsys.readouterr().err
+    assert f"{tmp_path / 'gpt2'} has none (no tokenizer files with a vocabulary)" in error, error
+    assert not (tmp_path / "out").exists()
+
+
 def test_demo_and_bench_explain_every_option(capsys):
     """`interlayer demo --help` and `interlayer bench --help` say what each option means; `--quick` says that its
     ratios are a smoke test."""
