@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 
@@ -439,7 +440,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _not_deepspeed_cpu_fallback(record: logging.LogRecord) -> bool:
+    """False for DeepSpeed's notice that it found no accelerator and uses the CPU, which its import (by
+    `save_pretrained`, through accelerate, wherever DeepSpeed is installed) logs; no command here runs DeepSpeed."""
+    return not record.getMessage().startswith("Setting accelerator to CPU.")
+
+
 def main(argv: list[str] | None = None) -> int:
+    logging.getLogger("DeepSpeed").addFilter(_not_deepspeed_cpu_fallback)  # the logger DeepSpeed's import configures
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)[1:]
     try:

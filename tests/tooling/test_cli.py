@@ -198,6 +198,16 @@ def test_prune_on_text_refuses_a_checkpoint_without_a_tokenizer(tmp_path, capsys
     assert not (tmp_path / "out").exists()
 
 
+def test_a_command_does_not_print_deepspeeds_accelerator_notice(tmp_path):
+    """Where DeepSpeed is installed, saving a model imports it (through accelerate), and its import logs that it found
+    no accelerator and uses the CPU; no command runs DeepSpeed, so none prints that notice."""
+    pytest.importorskip("deepspeed")
+    build_gpt2(str(tmp_path / "gpt2"))
+    result = run_cli("convert", str(tmp_path / "gpt2"), str(tmp_path / "out"), "--mechanism", "sentinel")
+    assert result.returncode == 0, result.stderr
+    assert "Setting accelerator to CPU" not in result.stderr + result.stdout
+
+
 def test_demo_and_bench_explain_every_option(capsys):
     """`interlayer demo --help` and `interlayer bench --help` say what each option means; `--quick` says that its
     ratios are a smoke test."""
