@@ -31,7 +31,8 @@ from transformers import (
 )
 
 from interlayer.callbacks import EarlyStopBelowCallback
-from interlayer.cli import parse_option
+from interlayer.command_options import parse_options, repeatable_field
+from interlayer.models.zoo_common import ConfigError
 from interlayer.training import classification_trainer
 from interlayer.zoo import convert, is_trainer_output, save_atomically
 
@@ -42,7 +43,7 @@ logger = logging.getLogger(__name__)
 class ModelArguments:
     model_name_or_path: str = field(metadata={"help": "stock checkpoint (RoBERTa or BERT), folder or Hub id"})
     preset: str | None = field(default=None, metadata={"help": "bridge preset (H9, A8, A3, ...) or 'stock'"})
-    bridge: list[str] = field(default_factory=list, metadata={"help": "bridge options key=value (JSON values)"})
+    bridge: list[str] = repeatable_field("bridge options key=value (JSON values)")
     head_learning_rate: float = field(default=3e-4, metadata={"help": "lr of the head and the bridge"})
     label_smoothing: float = field(default=0.05)
     early_stop_below: float | None = field(default=None, metadata={"help": "stop if epoch-1 accuracy is below"})
@@ -93,7 +94,18 @@ def text_columns(columns: list[str]) -> tuple[str, str | None]:
     return rest[0], (rest[1] if len(rest) > 1 else None)
 
 
-def main():
+def bridge_options(args: ModelArguments) -> dict:
+    """The bridge options of every `--bridge` (`parse_options`); refused (ValueError) with `--preset stock`, which
+    fine-tunes the stock model as it is. Unknown options are refused by the conversion."""
+    options = parse_options(args.bridge, flag="--bridge")
+    if args.preset == "stock" and options:
+        raise ValueError(
+            f"--preset stock fine-tunes the stock model as it is: bridge options {sorted(options)} do not apply"
+        )
+    return options
+
+
+def build_parser() -> HfArgumentParser:
     parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
     defaults = dict(
         learning_rate=1.5e-5,
@@ -112,9 +124,18 @@ def main():
         bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported(),
     )
     parser.set_defaults(**defaults)
-    model_args, data_args, training_args = parser.parse_args_into_dataclasses()
+    return parser
+
+
+def main(argv: list[str] | None = None):
+    parser = build_parser()
+    model_args, data_args, training_args = parser.parse_args_into_dataclasses(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     set_seed(training_args.seed)
+    try:  # a malformed, repeated or misplaced option is an argument error (exit 2), before any work
+        options = bridge_options(model_args)
+    except ValueError as err:
+        parser.error(str(err))
 
     train, evaluation = load_splits(data_args)
     first, second = text_columns(train.column_names)
@@ -132,15 +153,17 @@ def main():
     if model_args.preset == "stock":
         model = AutoModelForSequenceClassification.from_pretrained(model_args.model_name_or_path, **labels)
     else:
-        options = dict(parse_option(o) for o in model_args.bridge)
-        model, _ = convert(
-            model_args.model_name_or_path,
-            "bridge",
-            task="sequence-classification",
-            preset=model_args.preset,
-            **labels,
-            **options,
-        )
+        try:
+            model, _ = convert(
+                model_args.model_name_or_path,
+                "bridge",
+                task="sequence-classification",
+                preset=model_args.preset,
+                **labels,
+                **options,
+            )
+        except ConfigError as err:  # an option the bridge does not have, or a bad value
+            parser.error(str(err))
         model.label_smoothing = model_args.label_smoothing
     if model_args.preset == "stock":
         training_args.label_smoothing_factor = model_args.label_smoothing

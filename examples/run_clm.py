@@ -44,7 +44,8 @@ from transformers import (
 )
 
 from interlayer.callbacks import MechanismStatsCallback
-from interlayer.cli import parse_option
+from interlayer.command_options import add_option, parse_options, repeatable_field
+from interlayer.models.zoo_common import ConfigError
 from interlayer.zoo import convert, is_trainer_output, save_atomically
 
 logger = logging.getLogger(__name__)
@@ -54,7 +55,7 @@ logger = logging.getLogger(__name__)
 class ModelArguments:
     model_name_or_path: str = field(metadata={"help": "stock causal-LM checkpoint, folder or Hub id"})
     mechanism: str = field(default="hyper-connections", metadata={"help": "zoo mechanism, or 'stock'"})
-    set: list[str] = field(default_factory=list, metadata={"help": "mechanism options key=value (JSON values)"})
+    set: list[str] = repeatable_field("mechanism options key=value (JSON values)")
     freeze_base: bool | None = field(default=None, metadata={"help": "train only the mechanism's parameters"})
     stock_train_last_layers: int | None = field(
         default=None,
@@ -127,12 +128,24 @@ def pack(token_ids: dict, block_size: int) -> dict:
     return {"input_ids": blocks, "attention_mask": [[1] * block_size for _ in blocks], "labels": blocks}
 
 
-def check_model_arguments(args: ModelArguments) -> None:
+def mechanism_options(args: ModelArguments) -> dict:
+    """The options the mechanism is converted with: every `--set`, and `--freeze_base`. Refused (ValueError): a
+    malformed or repeated option, one given twice, `--stock_train_last_layers` with a mechanism, and mechanism
+    options with `--mechanism stock`; unknown options are refused by the conversion."""
     if args.stock_train_last_layers is not None and args.mechanism != "stock":
         raise ValueError(
             f"--stock_train_last_layers is for --mechanism stock, got --mechanism {args.mechanism!r} (use "
             "--freeze_base for a mechanism)."
         )
+    options = parse_options(args.set)
+    if args.freeze_base is not None:
+        options = add_option(options, "freeze_base", args.freeze_base, "--freeze_base")
+    if args.mechanism == "stock" and options:
+        raise ValueError(
+            f"--mechanism stock trains the stock model as it is: mechanism options {sorted(options)} do not apply "
+            "(--stock_train_last_layers N trains its last N layers)"
+        )
+    return options
 
 
 def train_last_layers(model, n: int) -> None:
@@ -153,7 +166,7 @@ def final_evaluation(trainer) -> dict:
     return logged[-1] if logged else trainer.evaluate()
 
 
-def main():
+def build_parser() -> HfArgumentParser:
     parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
     parser.set_defaults(
         learning_rate=2e-5,
@@ -169,21 +182,35 @@ def main():
         bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported(),
         ddp_find_unused_parameters=False,  # every parameter of a causal LM of the zoo gets a gradient (multiprocess.md)
     )
-    model_args, data_args, training_args = parser.parse_args_into_dataclasses()
+    return parser
+
+
+def load_model(args: ModelArguments, options: dict):
+    """The stock model (its last layers training, if asked), or the checkpoint converted with `options`."""
+    if args.mechanism == "stock":
+        model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path)
+        if args.stock_train_last_layers is not None:
+            train_last_layers(model, args.stock_train_last_layers)
+        return model
+    return convert(args.model_name_or_path, args.mechanism, task="causal-lm", **options)[0]
+
+
+def main(argv: list[str] | None = None):
+    parser = build_parser()
+    model_args, data_args, training_args = parser.parse_args_into_dataclasses(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     set_seed(training_args.seed)
 
-    check_model_arguments(model_args)
+    # an option that cannot reach the model is an argument error (exit 2), before any training
+    try:
+        options = mechanism_options(model_args)
+    except ValueError as err:
+        parser.error(str(err))
     tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path)
-    if model_args.mechanism == "stock":
-        model = AutoModelForCausalLM.from_pretrained(model_args.model_name_or_path)
-        if model_args.stock_train_last_layers is not None:
-            train_last_layers(model, model_args.stock_train_last_layers)
-    else:
-        options = dict(parse_option(o) for o in model_args.set)
-        if model_args.freeze_base is not None:
-            options["freeze_base"] = model_args.freeze_base
-        model, _ = convert(model_args.model_name_or_path, model_args.mechanism, task="causal-lm", **options)
+    try:
+        model = load_model(model_args, options)
+    except ConfigError as err:
+        parser.error(str(err))
     report = {
         "total": sum(p.numel() for p in model.parameters()),
         "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad),

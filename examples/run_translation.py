@@ -42,7 +42,8 @@ from transformers import (
     set_seed,
 )
 
-from interlayer.cli import parse_option
+from interlayer.command_options import flattened, parse_options, repeatable_field
+from interlayer.models.zoo_common import ConfigError
 from interlayer.training import split_by_language, target_language_trainer, translation_metrics
 from interlayer.zoo import convert, is_trainer_output, save_atomically
 
@@ -55,7 +56,7 @@ class ModelArguments:
     model_name_or_path: str = field(
         metadata={"help": "stock seq2seq checkpoint (folder or Hub id), or an attention-bridge folder to train further"}
     )
-    set: list[str] = field(default_factory=list, metadata={"help": "bridge options key=value (JSON values)"})
+    set: list[str] = repeatable_field("bridge options key=value (JSON values)")
     evaluate_before_training: bool = field(default=False, metadata={"help": "also report held-out metrics at step 0"})
 
 
@@ -67,9 +68,8 @@ class DataArguments:
     validation_file: str | None = None
     validation_split_percentage: int = field(default=10, metadata={"help": "held out from the end of the train split"})
     source_lang: str | None = field(default=None, metadata={"help": "the source language of `translation` rows"})
-    target_langs: list[str] = field(
-        default_factory=list,
-        metadata={"help": "target languages, in the order of the decoders (default: the data's, sorted)"},
+    target_langs: list[str] = repeatable_field(
+        "target languages, in the order of the decoders (default: the data's, sorted)"
     )
     max_source_length: int = 128
     max_target_length: int = 128
@@ -128,9 +128,9 @@ def to_pairs(split, args: DataArguments) -> Dataset:
     return split.select_columns(list(COLUMNS))
 
 
-def load_model(args: ModelArguments, languages: list[str]):
-    """The stock checkpoint converted with one decoder per language, or an attention-bridge folder as it is."""
-    options = dict(parse_option(o) for o in args.set)
+def load_model(args: ModelArguments, languages: list[str], options: dict):
+    """The stock checkpoint converted with `options` (every `--set`, `parse_options`) and one decoder per language, or
+    an attention-bridge folder as it is (no options)."""
     if AutoConfig.from_pretrained(args.model_name_or_path).model_type.endswith("_attention_bridge"):
         if options:
             raise ValueError(f"--set is for converting a stock checkpoint; {args.model_name_or_path} is converted")
@@ -150,7 +150,7 @@ def load_model(args: ModelArguments, languages: list[str]):
     return model
 
 
-def main():
+def build_parser() -> HfArgumentParser:
     parser = HfArgumentParser((ModelArguments, DataArguments, Seq2SeqTrainingArguments))
     parser.set_defaults(
         learning_rate=5e-4,
@@ -166,7 +166,25 @@ def main():
         report_to="none",
         bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported(),
     )
-    model_args, data_args, training_args = parser.parse_args_into_dataclasses()
+    return parser
+
+
+def parse_arguments(parser: HfArgumentParser, argv: list[str] | None = None) -> tuple:
+    """`(model_args, data_args, training_args, options)` from the command line (`build_parser()`): every
+    `--target_langs` (repeatable) as one list and the bridge options of every `--set` (`parse_options`). A malformed
+    or repeated option is an argument error (exit 2), before any work."""
+    model_args, data_args, training_args = parser.parse_args_into_dataclasses(argv)
+    data_args.target_langs = flattened(data_args.target_langs)
+    try:
+        options = parse_options(model_args.set)
+    except ValueError as err:
+        parser.error(str(err))
+    return model_args, data_args, training_args, options
+
+
+def main(argv: list[str] | None = None):
+    parser = build_parser()
+    model_args, data_args, training_args, options = parse_arguments(parser, argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     set_seed(training_args.seed)
 
@@ -179,7 +197,10 @@ def main():
     unseen = sorted(set(evaluation["tgt_lang"]) - set(train["tgt_lang"]))
     if unseen:
         logger.warning("target languages %s are evaluated but never trained (their decoders stay as built)", unseen)
-    model = load_model(model_args, languages)
+    try:
+        model = load_model(model_args, languages, options)
+    except ConfigError as err:  # an option the bridge does not have, or a bad value
+        parser.error(str(err))
     decoders = list(model.config.decoder_languages)
     if training_args.generation_max_length is None:  # no longer than the decoder has positions for
         positions = getattr(model.config, "max_position_embeddings", None) or data_args.max_target_length

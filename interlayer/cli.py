@@ -4,32 +4,22 @@
 from __future__ import annotations
 
 import argparse
-import json
+import logging
 import sys
 from pathlib import Path
 
 from huggingface_hub.errors import StrictDataclassError
 
-
-def parse_option(text: str) -> tuple[str, object]:
-    """`key=value` with a JSON value (`route_topk=2`, `identity_init=false`, `route_pool="cls"`), or a bare string."""
-    if "=" not in text:
-        raise argparse.ArgumentTypeError(f"--set takes key=value, got {text!r}")
-    key, raw = text.split("=", 1)
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError:
-        value = raw
-    return key.strip(), value
+from .command_options import add_option, parse_options
 
 
 def cmd_convert(args) -> int:
     from .zoo import convert, prepare_output_dir, save_atomically
 
-    prepare_output_dir(args.output, args.overwrite)
-    options = dict(args.set or [])
+    options = parse_options(args.set)
     if args.num_labels is not None:
-        options["num_labels"] = args.num_labels
+        options = add_option(options, "num_labels", args.num_labels, "--num-labels")
+    prepare_output_dir(args.output, args.overwrite)
     model, report = convert(args.source, mechanism=args.mechanism, task=args.task, preset=args.preset, **options)
     saved = save_atomically(model, args.output, tokenizer_source=args.source, overwrite=args.overwrite)
     p = report.parameters
@@ -61,8 +51,7 @@ def load_sentinel(source: str):
 
 
 def cmd_prune(args) -> int:
-    from transformers import AutoTokenizer
-
+    from .inspection import load_tokenizer
     from .sentinel import prune_by_strategy
     from .training import lm_batches, lm_blocks
     from .zoo import export_stock, prepare_output_dir, save_atomically
@@ -82,7 +71,12 @@ def cmd_prune(args) -> int:
                 f"--strategy importance scores heads by the language-modelling loss on --text-file; {args.model} is a "
                 f"{task} model: use entropy, magnitude, random or flap"
             )
-        tokenizer = AutoTokenizer.from_pretrained(args.model)
+        tokenizer = load_tokenizer(args.model)
+        if tokenizer is None:
+            raise ValueError(
+                f"--strategy {args.strategy} reads --text-file through the model's tokenizer, and {args.model} has "
+                "none (no tokenizer files with a vocabulary): save one next to the weights, or use magnitude or random"
+            )
         with open(args.text_file, encoding="utf-8") as f:
             ids = tokenizer(f.read())["input_ids"]
         batches = lm_batches(lm_blocks(ids, args.seq_len), args.batch_size, limit=args.batches)
@@ -291,9 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="default: the task the checkpoint was saved for, else base",
     )
     convert.add_argument("--preset", help="a named preset of the mechanism (see `interlayer list`)")
-    convert.add_argument(
-        "--set", type=parse_option, action="append", metavar="KEY=VALUE", help="a config option, JSON value; repeatable"
-    )
+    convert.add_argument("--set", action="append", metavar="KEY=VALUE", help="a config option, JSON value; repeatable")
     convert.add_argument("--num-labels", type=int)
     convert.add_argument("--overwrite", action="store_true")
     convert.set_defaults(func=cmd_convert)
@@ -448,7 +440,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _not_deepspeed_cpu_fallback(record: logging.LogRecord) -> bool:
+    """False for DeepSpeed's notice that it found no accelerator and uses the CPU, which its import (by
+    `save_pretrained`, through accelerate, wherever DeepSpeed is installed) logs; no command here runs DeepSpeed."""
+    return not record.getMessage().startswith("Setting accelerator to CPU.")
+
+
 def main(argv: list[str] | None = None) -> int:
+    logging.getLogger("DeepSpeed").addFilter(_not_deepspeed_cpu_fallback)  # the logger DeepSpeed's import configures
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)[1:]
     try:

@@ -159,7 +159,7 @@ def check_stock_function(model, entry, inputs: dict, outputs=None) -> StockCheck
 # --- inputs ---------------------------------------------------------------------------------------------------
 
 
-def _load_tokenizer(folder: str):
+def load_tokenizer(folder: str):
     """The folder's tokenizer, or None when it has none or one without a vocabulary (transformers 5 builds a
     tokenizer of special tokens only from a folder that has just a config.json; it maps every word to `<unk>`)."""
     from transformers import AutoTokenizer
@@ -180,7 +180,7 @@ def model_inputs(model, folder: str, texts=None, seed: int = 0, tokenizer=None):
     config = model.config
     limit = min(64, getattr(config, "max_position_embeddings", None) or 64)
     texts = list(texts or SAMPLE_SENTENCES)
-    tokenizer = tokenizer if tokenizer is not None else _load_tokenizer(folder)
+    tokenizer = tokenizer if tokenizer is not None else load_tokenizer(folder)
     if tokenizer is not None:
         if tokenizer.pad_token is None:
             if tokenizer.eos_token is None:

@@ -329,8 +329,11 @@ def export_stock(model, output_dir: str, tokenizer_source: str | None = None, ov
 
 def check_local_source(source) -> None:
     """Refuse a checkpoint that can only be a local folder (a path from the root, `.`, `..` or `~`, or a name no Hub
-    id takes) when there is none, with that error rather than the Hub's about repository ids."""
+    id takes) when there is none, with that error rather than the Hub's about repository ids; and a folder without
+    `config.json`, naming the missing file."""
     text = os.fspath(source)
+    if os.path.isdir(text) and not os.path.isfile(os.path.join(text, "config.json")):
+        raise FileNotFoundError(f"{text} has no config.json: a stock checkpoint folder holds its config and weights")
     if os.path.exists(text):
         return
     if text.startswith(("/", "./", "../", "~")) or (os.sep != "/" and os.sep in text) or hub_id(text) is None:

@@ -29,6 +29,7 @@ from .families import DecoderFamily
 from .zoo_common import (
     CACHE_KWARG,
     ZooModelMixin,
+    cache_name_deprecation,
     returns_dict_to_its_head,
     select_hidden_states,
     stock_cache_kwargs,
@@ -224,6 +225,7 @@ class DecoderStackMixin(FreezeBaseMixin):
 
     # -- the forward ---------------------------------------------------------------------------------------------
 
+    @cache_name_deprecation
     @merge_with_config_defaults
     @capture_outputs
     def forward(

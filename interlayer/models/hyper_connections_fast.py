@@ -21,7 +21,7 @@ why (docs/hyper_connections.md, "What the implementation does about cost"):
 - `hc_fused`: the input-dependent mHC coefficients as one function compiled with `torch.compile(fullgraph=True)`;
 - the gated residual's read (its norms, gate and mean) computed again in backward from its inputs (`_GatedRead`)
   instead of keeping its K-wide intermediates;
-- without grad, static coefficients computed once and reused until a parameter changes;
+- in `generate()`, static coefficients computed once for the call (`ForwardPassMachinery.reusing_static_maps`);
 - `CompositeGain` and the deferred statistics: every sublayer hands its coefficients over, and the mean
   coefficients and the worst composite gain of the forward are computed once at its end (`ForwardPassMachinery`).
 - on CUDA (`hc_kernels`, the default), the boundary with the Triton kernels instead: `forward` hands over to
@@ -384,6 +384,23 @@ class ForwardPassMachinery:
     def __init__(self):
         self.recompute: StreamRecomputation | None = None
         self.gain: CompositeGain | None = None
+        self.static_maps: dict | None = None  # inside `reusing_static_maps`: {(hyper-connection, dtype): maps}
+
+    @contextlib.contextmanager
+    def reusing_static_maps(self):
+        """Inside (one `generate()` call), the static coefficients of each hyper-connection are computed by its first
+        forward and reused by the next ones, since no parameter changes during a call. Nothing outlives it: a value
+        kept across calls would need to know when a parameter changes, and a write through `.data` (as DeepSpeed ZeRO
+        makes every step) moves neither its storage pointer nor its version counter. Nested calls share the outermost
+        one's."""
+        if self.static_maps is not None:
+            yield
+            return
+        self.static_maps = {}
+        try:
+            yield
+        finally:
+            self.static_maps = None
 
     @contextlib.contextmanager
     def around_layers(self, model, attention_mask):
@@ -418,17 +435,22 @@ class FastHyperConnectionMixin:
         self.use_kernels = config.hc_kernels  # on CUDA, the Triton kernels of hyper_connections_kernels.py
         self.stats = DeferredStatsAccumulator()
         self.machinery = ForwardPassMachinery()  # the model's, shared by all its hyper-connections, once it is built
-        self._frozen = None  # without grad: (key, value) of what depends on the parameters only
 
-    def _reused(self, make, dtype):
-        """`make()` (a function of the parameters only), reused without grad until a parameter changes (the key
-        reads storage pointers and version counters, which tracing has not) or the dtype does."""
-        if torch.is_grad_enabled() or torch.compiler.is_compiling():
+    def _reused(self, make, kind):
+        """`make()`, a function of the parameters only (static coefficients of `kind`: a dtype, a path), computed
+        once per `generate()` call (`ForwardPassMachinery.reusing_static_maps`: no parameter changes during one) and
+        at every other forward, so that whatever changes a parameter reaches the next forward."""
+        reused = self.machinery.static_maps
+        if reused is None or torch.is_grad_enabled() or torch.compiler.is_compiling():
             return make()
-        key = (dtype, *((p.data_ptr(), p._version) for p in self.parameters()))
-        if self._frozen is None or self._frozen[0] != key:
-            self._frozen = (key, make())
-        return self._frozen[1]
+        key = (self, kind)
+        if key not in reused:
+            reused[key] = make()
+        return reused[key]
+
+    def _static_maps(self, streams: torch.Tensor):
+        """`_maps(streams)` of static coefficients (a function of the parameters and the streams' dtype only)."""
+        return self._reused(lambda: self._maps(streams), streams.dtype)
 
     def _dynamic_parts(self, streams: torch.Tensor):
         """HC's per-stream input-dependent parts from fp32 streams: `Linear(RMSNorm(h_k))` (`[..., K, K + 2]`),
@@ -442,10 +464,10 @@ class FastHyperConnectionMixin:
     def coefficients(self, streams: torch.Tensor):
         """`(H_pre [..., K], H_post [..., K], H_res [..., K, K])`: shapes `[K]` when static, `[batch, seq, K]`
         when input-dependent; `H_res` None without mixing (independent HC). Computed in fp32 (whatever the dtype of
-        the streams and the parameters) and returned in the streams' dtype. Without grad, static coefficients are
-        computed once and reused until a parameter changes."""
+        the streams and the parameters) and returned in the streams' dtype. Static coefficients are computed once per
+        `generate()` call (`_static_maps`)."""
         if not self.dynamic:
-            return self._reused(lambda: self._coefficients(streams), streams.dtype)
+            return self._static_maps(streams)[:3]
         return self._coefficients(streams)
 
     def _coefficients(self, streams: torch.Tensor):
@@ -495,7 +517,7 @@ class FastHyperConnectionMixin:
         if self.dynamic:
             pre, post, res, maps = self._maps(streams)
         else:
-            pre, post, res, maps = self._reused(lambda: self._maps(streams), streams.dtype)
+            pre, post, res, maps = self._static_maps(streams)
         if gain is not None and not gain.closed:
             gain.record(self, pre, post, _identity(self.streams, pre) if res is None else res)
         # read-in and mixing in one product: row 0 of [H_pre; H_res] @ h is the sublayer input, rows 1.. the mixed

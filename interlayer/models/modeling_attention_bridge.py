@@ -48,6 +48,7 @@ from .zoo_common import (
     CACHE_KWARG,
     StatsAccumulator,
     ZooModelMixin,
+    cache_name_deprecation,
     dot_product_attention,
     register_for_auto_classes,
     returns_dict_to_its_head,
@@ -548,6 +549,7 @@ class AttentionBridgeLMMixin(AttentionBridgePreTrainedMixin):
             config.gradient_checkpointing = checkpointing
             self.post_init()
 
+    @cache_name_deprecation
     def forward(
         self,
         input_ids=None,

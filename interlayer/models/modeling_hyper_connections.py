@@ -542,6 +542,13 @@ class HCModelMixin(HCPreTrainedMixin, DecoderStackMixin):
 class HCForCausalLMMixin(HCPreTrainedMixin, CausalLMMixin):
     """The stock causal-LM head on top of the hyper-connection decoder; stock forward and `generate()`."""
 
+    def generate(self, *args, **kwargs):
+        """Stock `generate()`; the fast hyper-connections compute their static coefficients once for the call
+        (`ForwardPassMachinery.reusing_static_maps`), not once per decoded token."""
+        machinery = self.base_model.hc_machinery
+        with machinery.reusing_static_maps() if machinery is not None else contextlib.nullcontext():
+            return super().generate(*args, **kwargs)
+
 
 __all__ = ["DynamicReadOut", "GatedResidual", "HyperConnection", "deepseek_comb", "sinkhorn_knopp"]
 

@@ -556,6 +556,10 @@ class _Run:
 class LatentForCausalLMMixin(LatentPreTrainedMixin, CausalLMMixin):
     """The stock causal-LM head on a latent model; `generate()` gets a `LatentCache`."""
 
+    # a `LatentCache` cannot be cropped: stock `generate()` refuses assisted decoding (an assistant model, prompt
+    # lookup) for a stateful model before it generates anything
+    _is_stateful = True
+
 
 # checkpoints saved with a 0-d `latent_gate` exist only for the families of that time
 register_scalar_parameters(["qwen3_latent", "llama_latent"], ["latent_gate"])

@@ -52,6 +52,7 @@ from .decoder_families import GPT2
 from .sentinel_common import SentinelGates, SentinelPreTrainedMixin, UNetSkipMixin
 from .zoo_common import (
     CACHE_KWARG,
+    cache_name_deprecation,
     refuse_output_attentions,
     register_for_auto_classes,
     take_cache,
@@ -196,6 +197,7 @@ class SentinelLMHeadMixin:
     # the LM loss normalises by `num_items_in_batch` itself
     accepts_loss_kwargs = True
 
+    @cache_name_deprecation
     @can_return_tuple
     def forward(
         self,
@@ -213,7 +215,7 @@ class SentinelLMHeadMixin:
         loss_kwargs = {k: kwargs.pop(k) for k in ("num_items_in_batch", "ignore_index", "shift_labels") if k in kwargs}
         outputs = self.base_model(
             input_ids=input_ids,
-            past_key_values=take_cache(past_key_values, kwargs),
+            **{CACHE_KWARG: take_cache(past_key_values, kwargs)},
             attention_mask=attention_mask,
             position_ids=position_ids,
             inputs_embeds=inputs_embeds,
@@ -289,6 +291,7 @@ class GPT2SentinelModel(DecoderSentinelModelMixin, GPT2SentinelPreTrainedMixin, 
     def __init__(self, config: GPT2SentinelConfig):
         super().__init__(config)
 
+    @cache_name_deprecation
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -306,7 +309,7 @@ class GPT2SentinelModel(DecoderSentinelModelMixin, GPT2SentinelPreTrainedMixin, 
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            past_key_values=past_key_values,
+            **{CACHE_KWARG: take_cache(past_key_values, kwargs)},
             inputs_embeds=inputs_embeds,
             use_cache=use_cache,
             output_hidden_states=output_hidden_states,
@@ -327,6 +330,7 @@ class GPT2SentinelLMHeadModel(SentinelLMHeadMixin, GPT2SentinelPreTrainedMixin, 
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.post_init()
 
+    @cache_name_deprecation
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -346,7 +350,7 @@ class GPT2SentinelLMHeadModel(SentinelLMHeadMixin, GPT2SentinelPreTrainedMixin, 
         attention mask, logits of the last position only) what this signature names."""
         return super().forward(
             input_ids=input_ids,
-            past_key_values=past_key_values,
+            **{CACHE_KWARG: take_cache(past_key_values, kwargs)},
             attention_mask=attention_mask,
             token_type_ids=token_type_ids,
             position_ids=position_ids,

@@ -46,6 +46,18 @@ logger = hf_logging.get_logger("transformers.interlayer")
 CACHE_KWARG = "cache" if "cache" in inspect.signature(create_causal_mask).parameters else "past_key_values"
 
 
+def cache_name_deprecation(forward):
+    """A public forward (`past_key_values` in its signature) that warns as the installed transformers' stock forwards
+    do when the cache comes as `past_key_values`: from 5.24 on, stock's own decorator with the version stock 5.24
+    names (`LlamaForCausalLM.forward`), which passes the cache on as `cache` (read by `take_cache`); unchanged before.
+    The zoo's own calls pass the cache under `CACHE_KWARG`."""
+    if CACHE_KWARG == "past_key_values":
+        return forward
+    from transformers.utils.deprecation import deprecate_kwarg
+
+    return deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")(forward)
+
+
 def take_cache(past_key_values, kwargs: dict):
     """The cache a forward was given: its `past_key_values` argument, or `cache` (what transformers >= 5.24's stock
     heads, layers and `generate()` pass), taken out of `kwargs` so it is not passed on twice."""

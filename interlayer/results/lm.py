@@ -214,8 +214,8 @@ def lm_run(methods: dict[str, Method]):
 
 SCALE_NOTES = {
     "quick": "a 4-layer Llama (hidden 64) with random weights and a 384-token BPE, 16 blocks of 64 tokens",
-    "cpu": "SmolLM2-135M (real weights, fp32), 160 blocks of 128 tokens (20,480 tokens, 20 steps of 8), held-out "
-    "loss on 32 blocks of the last 500 GSM8K training problems",
+    "cpu": "SmolLM2-135M-Instruct (Q4_1 GGUF dequantised to fp32), 160 blocks of 128 tokens (20,480 tokens, 20 "
+    "steps of 8), held-out loss on 32 blocks of the last 500 GSM8K training problems",
     "seed": "Qwen3-0.6B in bf16, one epoch of GSM8K train packed in blocks of 1024, batch 4 x 8 accumulated; held-out "
     "loss on the GSM8K test split; the saved model is scored with lm-eval gsm8k 5-shot",
 }

@@ -413,7 +413,7 @@ SENTINEL_SMOLLM2 = Recipe(
     abouts=ABOUTS,
     scale_notes={
         "quick": "a random stock Llama (2 layers x 6 heads, 2 key/value heads, hidden 48); " + describe("quick"),
-        "cpu": "SmolLM2-135M (the offline GGUF, dequantised); " + describe("cpu"),
+        "cpu": "SmolLM2-135M-Instruct (Q4_1 GGUF dequantised to fp32); " + describe("cpu"),
         "seed": "HuggingFaceTB/SmolLM2-135M from the Hub, on a GPU in bf16; " + describe("seed"),
     },
 )

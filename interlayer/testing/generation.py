@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from transformers.cache_utils import DynamicCache
@@ -107,6 +109,33 @@ class GenerationTests:
             generated, expected = model.generate(**inputs, **settings), stock.generate(**inputs, **settings)
         torch.testing.assert_close(generated.sequences, expected.sequences, rtol=0, atol=0)
         torch.testing.assert_close(torch.stack(generated.logits), torch.stack(expected.logits))
+
+    def test_cache_under_the_old_name_warns_as_stock(self, tmp_path):
+        """The task class and its base model, given the cache as `past_key_values`, warn (the FutureWarning stock
+        transformers >= 5.24 gives for the old name) exactly when the stock classes do, and take it; given it under
+        the installed transformers' name for it, nothing warns about the cache."""
+        from ..models.zoo_common import CACHE_KWARG
+
+        folder, stock = self._stock(tmp_path)
+        if not stock.can_generate():
+            pytest.skip("not a generative model: no cache")
+        batch = _example(self.case.make_batch(), 0)
+        key = "decoder_input_ids" if stock.config.is_encoder_decoder else "input_ids"
+        fixed = {k: v for k, v in batch.items() if k not in (key, "labels")} if key != "input_ids" else {}
+
+        def cache_warnings(model, name):  # the prompt, then one token with its cache (as `generate()` decodes)
+            with torch.no_grad():
+                cache = getattr(model(**fixed, **{key: batch[key][:, :-1]}, use_cache=True), CACHE_KWARG)
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    model(**fixed, **{key: batch[key][:, -1:], name: cache}, use_cache=True)
+            return [str(w.message) for w in caught if "past_key_values" in str(w.message)]
+
+        for zoo_class, stock_model in self._task_and_base_pairs(folder, type(stock)):
+            model = zoo_class.from_pretrained(folder, **self.case.active_options).eval()
+            warned, expected = cache_warnings(model, "past_key_values"), cache_warnings(stock_model, "past_key_values")
+            assert bool(warned) == bool(expected), f"{zoo_class.__name__}: {warned}, stock: {expected}"
+            assert not cache_warnings(model, CACHE_KWARG), f"{zoo_class.__name__} warns given `{CACHE_KWARG}`"
 
     def test_checkpointed_training_leaves_a_passed_cache_as_stock(self, tmp_path):
         """Training with gradient checkpointing and a cache passed in: the layers drop the cache as the stock layers

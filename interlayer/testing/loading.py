@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 
-from .case import _output
+from .case import _generation_inputs, _output
 
 
 class LoadingTests:
@@ -135,3 +135,42 @@ class LoadingTests:
         claimed = sorted(k for k in stock.state_dict() if has_parameter_prefix(k, prefix))
         assert not claimed, f"stock weights named under the mechanism's prefix `{prefix}`: {claimed}"
         assert set(info["missing_keys"]) <= added, "a stock weight did not load"
+
+    def test_parameters_changed_in_place_reach_the_next_forward(self, tmp_path):
+        """Every parameter changed after a forward pass and a `generate()` call without gradient, in place through
+        `.data` (as DeepSpeed ZeRO writes each step's weights) or by `load_state_dict`, reaches the next ones: their
+        outputs and `generate()`'s logits are those of a fresh model given the same state dict (nothing the model
+        derives from its parameters, such as static coefficients, is kept stale)."""
+        folder, model = self._trained_copy(tmp_path)
+        batch = self.case.make_batch()
+        settings = dict(max_new_tokens=2, do_sample=False, pad_token_id=0, output_logits=True)
+        generator = torch.Generator().manual_seed(0)
+
+        def outputs(m) -> dict:
+            out = {"forward": _output(m, batch, self.case.output_name)}
+            if m.can_generate():
+                generated = m.generate(**_generation_inputs(batch), **settings, return_dict_in_generate=True)
+                out["generate"] = torch.stack(generated.logits)
+            return out
+
+        def moved(p):
+            return p.detach() + 0.05 * torch.randn(p.shape, generator=generator, dtype=p.dtype)
+
+        for how in (".data", "load_state_dict"):
+            with torch.no_grad():
+                before = outputs(model)
+                if how == ".data":
+                    for p in model.parameters():
+                        p.data.copy_(moved(p))
+                else:
+                    result = model.load_state_dict({n: moved(p) for n, p in model.named_parameters()}, strict=False)
+                    assert not result.unexpected_keys, result
+                got = outputs(model)
+                reference = self._zoo(folder, **self.case.active_options)
+                reference.load_state_dict({k: v.clone() for k, v in model.state_dict().items()})
+                expected = outputs(reference)
+            for name, value in expected.items():
+                assert not torch.allclose(value, before[name]), f"changing every parameter by {how} left the {name}"
+                torch.testing.assert_close(
+                    got[name], value, msg=lambda m: f"{name} after changing every parameter by {how}: {m}"
+                )

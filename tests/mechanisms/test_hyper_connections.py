@@ -465,16 +465,37 @@ def test_greedy_generation_with_cache_matches_recomputation_and_stock(tmp_path):
 
 
 @pytest.mark.parametrize("mode", ["static", "mhc"])
-def test_static_coefficients_reused_without_grad_follow_parameter_updates(stock_llama, mode):
+def test_static_coefficients_computed_once_per_generate_call(stock_llama, mode, monkeypatch):
+    """In `generate()` each static hyper-connection computes its coefficients at its first forward and reuses them for
+    every later token; any other forward computes them (nothing outlives a call), so a parameter written through
+    `.data` between two calls reaches the second, which gives a fresh model's logits."""
     model = randomised(stock_llama[0], hc_mode=mode, mhc_dynamic=False)
-    batch = lm_batch()
+    calls = {}
+    maps = hc_module.FastHyperConnectionMixin._maps
+
+    def counted(hc, streams):
+        calls[hc] = calls.get(hc, 0) + 1
+        return maps(hc, streams)
+
+    monkeypatch.setattr(hc_module.FastHyperConnectionMixin, "_maps", counted)
+    prompt = lm_batch()["input_ids"][:1]
+    settings = dict(max_new_tokens=4, min_new_tokens=4, do_sample=False, output_logits=True)
+    settings["return_dict_in_generate"] = True
+    model.generate(prompt, **settings)
+    assert len(calls) == len(model.model.hyper_connections) and set(calls.values()) == {1}, calls
+    calls.clear()
     with torch.no_grad():
-        first = model(**batch).logits
-        torch.testing.assert_close(model(**batch).logits, first)
-        model.model.layers[1].hc_attn.res.add_(0.5)  # what an optimizer step does
-        updated = model(**batch).logits
-    assert not torch.allclose(updated, first)
-    torch.testing.assert_close(model(**batch).logits.detach(), updated)  # recomputed with grad enabled
+        model(prompt)
+        model(prompt)
+    assert set(calls.values()) == {2}, calls
+    with torch.no_grad():
+        for hc in model.model.hyper_connections:
+            hc.res.data.add_(0.5)  # as DeepSpeed ZeRO writes a step's weights: no version counter moves
+    fresh = LlamaMHCForCausalLM.from_pretrained(stock_llama[0], hc_mode=mode, mhc_dynamic=False).eval()
+    fresh.load_state_dict(model.state_dict())
+    torch.testing.assert_close(
+        torch.stack(model.generate(prompt, **settings).logits), torch.stack(fresh.generate(prompt, **settings).logits)
+    )
 
 
 # -- freezing ---------------------------------------------------------------------------------------------------------

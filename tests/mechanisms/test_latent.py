@@ -301,6 +301,24 @@ def test_cache_type_and_cropping_are_checked(stock_llama):
         cache.crop(-1)
 
 
+@pytest.mark.parametrize("assisted", ["assistant_model", "prompt_lookup_num_tokens"])
+def test_assisted_decoding_is_refused_before_any_token(stock_llama, assisted):
+    """Assisted decoding (an assistant model, prompt lookup) rolls the cache back, which a `LatentCache` cannot do:
+    `generate()` refuses it as stock refuses it for a stateful model, before either model runs a forward pass."""
+    from transformers import AutoModelForCausalLM
+
+    model = active(stock_llama[0])
+    assistant = AutoModelForCausalLM.from_pretrained(stock_llama[0]).eval()
+    calls = []
+    for m in (model, assistant):
+        m.register_forward_pre_hook(lambda module, args: calls.append(type(module).__name__))
+    option = {"assistant_model": assistant} if assisted == "assistant_model" else {"prompt_lookup_num_tokens": 2}
+    input_ids = lm_batch(lengths=(6,))["input_ids"]
+    with pytest.raises(ValueError, match="assisted generation is not supported with stateful models.*LlamaLatent"):
+        model.generate(input_ids, max_new_tokens=4, do_sample=False, **option)
+    assert calls == [], f"forward passes before the refusal: {calls}"
+
+
 def test_latent_source_is_chosen_when_the_model_is_built(stock_llama):
     """`latent_source` chooses how a forward runs its passes once, when the model is built (or reloaded with the
     option); a value set later on the built model's config is refused when the model runs, not ignored."""

@@ -24,14 +24,14 @@ import sys
 
 import deepspeed
 import torch
-from transformers import Trainer, TrainingArguments, default_data_collator
+from transformers import Trainer, TrainerCallback, TrainingArguments, default_data_collator
 from transformers.integrations import is_deepspeed_zero3_enabled
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the fixtures in tests/
 
 from batches import lm_batch  # noqa: E402
 from conformance_cases import examples  # noqa: E402
-from multiprocess_train import EPOCHS, EXAMPLES, Rows, stock_folder  # noqa: E402
+from multiprocess_train import EPOCHS, EXAMPLES, Rows, registry_case, stock_folder  # noqa: E402
 from multiprocess_train import cases as multiprocess_cases  # noqa: E402
 from stock_checkpoints import build_stock_llama  # noqa: E402
 
@@ -40,9 +40,12 @@ import interlayer  # noqa: E402
 
 def cases() -> dict[str, tuple]:
     """The multi-process cases (`multiprocess_train.cases()`) of the distributed example of every mechanism's record
-    (`conformance_cases.examples(distributed=True)`)."""
+    (`conformance_cases.examples(distributed=True)`), and static HC (`LlamaStaticHC`): its coefficients are a function
+    of its parameters alone, which evaluation after ZeRO's in-place weight writes must not take stale."""
     every = multiprocess_cases()
-    return {name: every[name] for name in examples(distributed=True)}
+    return {name: every[name] for name in examples(distributed=True)} | {
+        "LlamaStaticHC": registry_case(examples()["LlamaStaticHC"])
+    }
 
 
 CASES = cases()
@@ -89,19 +92,48 @@ def full_state_dict(model) -> dict[str, torch.Tensor]:
         return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
+def evaluation_logits(model, batch: dict) -> torch.Tensor:
+    """The model's logits on `batch` in eval mode without gradient, as the Trainer evaluates (its parameters gathered
+    from ZeRO-3's partitions, as the engine's hooks gather them; a no-op for other stages); its mode is kept."""
+    training = model.training
+    model.eval()
+    with deepspeed.zero.GatheredParameters(list(model.parameters()), modifier_rank=None), torch.no_grad():
+        logits = model(**batch).logits.detach().clone()
+    model.train(training)
+    return logits
+
+
+class EvaluateAfterTheFirstStep(TrainerCallback):
+    """Evaluates the model without gradient after the first optimizer step, as an evaluation during training does: by
+    then ZeRO holds the weights (in its flat buffers), and the later steps write them in place."""
+
+    def __init__(self, batch: dict):
+        self.batch, self.logits = batch, None
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if state.global_step == 1:
+            self.logits = evaluation_logits(model, self.batch)
+
+
 def train(name: str, out: str, rank: int, world_size: int, stage: int) -> None:
     _, model_class, options, rows, _ = CASES[name]
     args = arguments(out, name, world_size, stage)
     torch.manual_seed(0)
     model = model_class.from_pretrained(stock_folder(out, name, rank), **options)
-    trainer = Trainer(model=model, args=args, train_dataset=Rows(rows()), data_collator=default_data_collator)
+    during = EvaluateAfterTheFirstStep(rows())
+    trainer = Trainer(
+        model=model, args=args, train_dataset=Rows(rows()), data_collator=default_data_collator, callbacks=[during]
+    )
     trainer.train()
+    evaluated = evaluation_logits(trainer.model, rows())
+    assert not torch.equal(evaluated, during.logits), "the steps after the first changed no logit"
     torch.save(
         {
             "world_size": world_size,
             "deepspeed": trainer.is_deepspeed_enabled,
             "log_history": trainer.state.log_history,
             "state_dict": full_state_dict(trainer.model),
+            "evaluated": evaluated,
         },
         os.path.join(out, name, f"rank{rank}.pt"),
     )

@@ -171,6 +171,43 @@ def test_convert_says_no_such_folder_for_a_missing_local_path(tmp_path, capsys, 
         assert f"no such folder: {source}" in error
 
 
+def test_convert_names_the_missing_config_of_a_folder(tmp_path, capsys):
+    """A folder without `config.json` (weights only, or the wrong folder) is refused naming the file, not as an
+    unsupported `model_type=None`."""
+    from interlayer.zoo import convert
+
+    (tmp_path / "weights").mkdir()
+    (tmp_path / "weights" / "model.safetensors").write_bytes(b"")
+    source = str(tmp_path / "weights")
+    with pytest.raises(FileNotFoundError, match=f"{source} has no config.json"):
+        convert(source, "hyper-connections")
+    error = _convert_error(capsys, source, str(tmp_path / "out"), "--mechanism", "hyper-connections")
+    assert f"{source} has no config.json" in error and "model_type=None" not in error
+    assert not (tmp_path / "out").exists()
+
+
+def test_prune_on_text_refuses_a_checkpoint_without_a_tokenizer(tmp_path, capsys):
+    """A GPT-2 saved without a tokenizer (transformers 5 then builds one of special tokens only, which gives no token
+    of the text): a strategy that reads `--text-file` is refused naming the missing tokenizer, before any scoring."""
+    build_gpt2(str(tmp_path / "gpt2"))
+    (tmp_path / "text.txt").write_text("the cat sat on the mat. " * 50)
+    command = ["prune", str(tmp_path / "gpt2"), str(tmp_path / "out"), "--strategy", "entropy", "--fraction", "0.25"]
+    assert main([*command, "--text-file", str(tmp_path / "text.txt")]) == 2
+    error = capsys.readouterr().err
+    assert f"{tmp_path / 'gpt2'} has none (no tokenizer files with a vocabulary)" in error, error
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_command_does_not_print_deepspeeds_accelerator_notice(tmp_path):
+    """Where DeepSpeed is installed, saving a model imports it (through accelerate), and its import logs that it found
+    no accelerator and uses the CPU; no command runs DeepSpeed, so none prints that notice."""
+    pytest.importorskip("deepspeed")
+    build_gpt2(str(tmp_path / "gpt2"))
+    result = run_cli("convert", str(tmp_path / "gpt2"), str(tmp_path / "out"), "--mechanism", "sentinel")
+    assert result.returncode == 0, result.stderr
+    assert "Setting accelerator to CPU" not in result.stderr + result.stdout
+
+
 def test_demo_and_bench_explain_every_option(capsys):
     """`interlayer demo --help` and `interlayer bench --help` say what each option means; `--quick` says that its
     ratios are a smoke test."""

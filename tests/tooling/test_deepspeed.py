@@ -1,10 +1,10 @@
 """DeepSpeed ZeRO-2 and ZeRO-3 on CPU (2 processes, gloo) through the stock `Trainer`, against one plain process; and
 `from_pretrained` under ZeRO-3's `zero.Init` for a pruned grouped-query sentinel checkpoint.
 
-`deepspeed_train.py` trains one class of every mechanism on the same 8 examples (4 SGD steps): once in one plain
-process (batch 8), once under ZeRO-2 and once under ZeRO-3 (each `torch.distributed.run --nproc_per_node 2`, 4 + 4);
-the ZeRO-3 run also loads a pruned grouped-query sentinel, a latent and a hyper-connection checkpoint under
-`zero.Init`.
+`deepspeed_train.py` trains one class of every mechanism, and static HC, on the same 8 examples (4 SGD steps): once
+in one plain process (batch 8), once under ZeRO-2 and once under ZeRO-3 (each `torch.distributed.run --nproc_per_node
+2`, 4 + 4), evaluating each model without gradient after its first step and after training; the ZeRO-3 run also loads
+a pruned grouped-query sentinel, a latent and a hyper-connection checkpoint under `zero.Init`.
 The three launches run side by side, once for the module. Tolerances as in `test_multiprocess.py`: losses
 `rtol=1e-6, atol=1e-6`, weights `rtol=1e-5, atol=5e-6`; the ranks of one run must agree exactly.
 
@@ -20,7 +20,7 @@ import torch
 pytest.importorskip("deepspeed", reason='deepspeed is not installed (pip install -e ".[deepspeed]")')
 
 from conformance_cases import examples  # noqa: E402
-from deepspeed_train import CASES, LOAD_CASE, LOADS  # noqa: E402
+from deepspeed_train import CASES, LOAD_CASE, LOADS, evaluation_logits  # noqa: E402
 from distributed_runs import free_port, load_rank, losses, run_side_by_side  # noqa: E402
 
 SCRIPT = Path(__file__).with_name("deepspeed_train.py")
@@ -68,6 +68,19 @@ def test_zero_trains_as_one_plain_process(runs, stage, name, request):
     assert zero["state_dict"].keys() == one["state_dict"].keys()
     for key, value in one["state_dict"].items():
         torch.testing.assert_close(zero["state_dict"][key], value, rtol=1e-5, atol=5e-6, msg=lambda m: f"{key}: {m}")
+
+
+@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("stage", STAGES)
+def test_zero_trained_model_evaluates_as_its_weights(runs, stage, name):
+    """Evaluated without gradient in the training process after the ZeRO steps (which write the trained weights in
+    place, through `.data`), having been evaluated so before training, the model computes what a fresh model given
+    its final weights computes: nothing it derives from its weights (static HC's coefficients) is kept stale."""
+    _, model_class, options, rows, _ = CASES[name]
+    zero = load_rank(runs, f"zero{stage}", name, 0)
+    fresh = model_class.from_pretrained(runs / f"zero{stage}" / name / "stock_rank0", **options)
+    fresh.load_state_dict(zero["state_dict"])
+    torch.testing.assert_close(zero["evaluated"], evaluation_logits(fresh, rows()))
 
 
 @pytest.mark.parametrize("name", CASES)

@@ -17,13 +17,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 MECHANISMS = {
     "hyper-connections": dict(
-        options=["--set", "hc_mode=mhc", "--set", "hc_streams=2"],
+        options=["--set", "hc_mode=static", "--set", "hc_streams=2"],
+        config=dict(hc_mode="static", hc_streams=2, freeze_base=True),
         logged=("hc/amax_gain_row", "hc/L1/mlp/res_1_0"),
         file="modeling_hyper_connections.py",
         model="LlamaMHCForCausalLM",
     ),
     "latent": dict(
-        options=["--set", "latent_source=previous_position", "--set", "latent_dim=8"],
+        options=["--set", "latent_source=same_position", "--set", "latent_dim=8"],
+        config=dict(latent_source="same_position", latent_dim=8, freeze_base=True),
         logged=("latent/L0/gate", "latent/L0/adjustment_ratio"),
         file="modeling_latent.py",
         model="LlamaLatentForCausalLM",
@@ -85,6 +87,8 @@ def test_run_clm_trains_a_mechanism_and_saves_a_shareable_model(tmp_path, mechan
     assert trained and all(all(name in row for name in expected["logged"]) for row in trained)
     assert any(f"eval_{expected['logged'][1]}" in row for row in logs)
     assert {expected["file"], "README.md", "tokenizer.json"} <= {p.name for p in out.iterdir()}
+    config = json.loads((out / "config.json").read_text())
+    assert {k: config[k] for k in expected["config"]} == expected["config"]  # every --set reached the saved model
     load = (
         "import sys, torch; from transformers import AutoModelForCausalLM as A; "
         f"sys.path = [p for p in sys.path if p not in ('', {str(ROOT)!r})]; "
@@ -124,7 +128,7 @@ def test_run_clm_stock_baseline_trains_only_its_last_layers(tmp_path):
     with pytest.raises(ValueError, match=r"--stock_train_last_layers must be in \[1, 3\], got 4"):
         run_clm.train_last_layers(model, 4)
     with pytest.raises(ValueError, match="--stock_train_last_layers is for --mechanism stock.*'latent'"):
-        run_clm.check_model_arguments(
+        run_clm.mechanism_options(
             run_clm.ModelArguments(model_name_or_path="x", mechanism="latent", stock_train_last_layers=1)
         )
 

@@ -109,6 +109,8 @@ def test_run_translation_trains_two_languages_and_saves_a_model_that_translates_
     assert {"modeling_attention_bridge.py", "README.md", "tokenizer.json", "model.safetensors"} <= {
         p.name for p in out.iterdir()
     }
+    config = json.loads((out / "config.json").read_text())  # every --set reached the saved model
+    assert (config["bridge_layers"], config["bridge_fixed_length"], config["bridge_hidden_size"]) == (["lin"], 8, 32)
 
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -151,13 +153,13 @@ def test_run_translation_reads_translation_rows_and_refuses_bad_data_early(tmp_p
     with pytest.raises(ValueError, match="Give --dataset_name or --train_file"):
         run.load_splits(run.DataArguments())
     build_number_words_marian(tmp_path / "stock")
-    model_args = run.ModelArguments(model_name_or_path=str(tmp_path / "stock"), set=['decoder_languages=["de"]'])
+    model_args = run.ModelArguments(model_name_or_path=str(tmp_path / "stock"))
     with pytest.raises(ValueError, match="give --target_langs, not --set decoder_languages"):
-        run.load_model(model_args, ["de"])
-    model = run.load_model(run.ModelArguments(model_name_or_path=str(tmp_path / "stock")), ["de", "fr"])
+        run.load_model(model_args, ["de"], {"decoder_languages": ["de"]})
+    model = run.load_model(model_args, ["de", "fr"], {})
     model.save_pretrained(tmp_path / "bridged")
     with pytest.raises(ValueError, match=r"target languages \['es'\] have no decoder.*\['de', 'fr'\]"):
-        run.load_model(run.ModelArguments(model_name_or_path=str(tmp_path / "bridged")), ["de", "es"])
+        run.load_model(run.ModelArguments(model_name_or_path=str(tmp_path / "bridged")), ["de", "es"], {})
 
 
 def test_translation_metrics_decode_padding_and_score_whole_strings():

@@ -1,0 +1,58 @@
+"""What every command that converts a model shares on its command line (`interlayer convert`, `examples/run_clm.py`,
+`run_translation.py`, `run_classification.py`): options given as `--set key=value`, each of which reaches the model or
+is refused, never dropped."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+
+def parse_option(text: str, flag: str = "--set") -> tuple[str, object]:
+    """`key=value` with a JSON value (`route_topk=2`, `identity_init=false`, `route_pool="cls"`), or a bare string
+    (`hc_mode=mhc`). Without `=` or without a key: a ValueError naming `flag` and the text."""
+    key, sign, raw = text.partition("=")
+    if not sign or not key.strip():
+        raise ValueError(f"{flag} takes key=value (a JSON value or a bare string), got {text!r}")
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    return key.strip(), value
+
+
+def parse_options(items, flag: str = "--set") -> dict:
+    """The options of every occurrence of `flag`, as one dict: `items` is what the parser collected, `key=value`
+    texts, or lists of them (a flag repeated, each time with one or more values: `--set a=1 --set b=2 c=3`). A key
+    given twice is refused (a ValueError naming it and both values): no option is dropped silently."""
+    options: dict = {}
+    for text in flattened(items):
+        key, value = parse_option(text, flag)
+        if key in options:
+            raise ValueError(f"{flag} {key} is given twice ({options[key]!r}, then {value!r}): give each option once")
+        options[key] = value
+    return options
+
+
+def add_option(options: dict, key: str, value, flag: str, set_flag: str = "--set") -> dict:
+    """`options` with `key` from its own flag (`--freeze_base`, `--num-labels`) added: refused (ValueError) when
+    `set_flag` gave it too, so that neither silently wins."""
+    if key in options:
+        raise ValueError(f"{key} is given by {flag} and by {set_flag} {key}=...: give it once")
+    return {**options, key: value}
+
+
+def repeatable_field(help: str):
+    """The dataclass field of a list flag for `HfArgumentParser` (`set: list[str] = repeatable_field(...)`): the flag
+    may be repeated (`--set a=1 --set b=2`), each time with one or more values (`--set a=1 b=2`); read it with
+    `parse_options` (`key=value` options) or `flattened` (plain values). (`HfArgumentParser` gives a list field
+    `nargs="+"`, whose repeats replace each other; with `action="append"` they add up.)"""
+    return dataclasses.field(default_factory=list, metadata={"help": f"{help}; repeatable", "action": "append"})
+
+
+def flattened(items) -> list:
+    """The values of every occurrence of a `repeatable_field` flag, in order, as one list."""
+    flat = []
+    for item in items or []:
+        flat.extend(flattened(item) if isinstance(item, (list, tuple)) else [item])
+    return flat
