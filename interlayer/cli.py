@@ -63,7 +63,7 @@ def load_sentinel(source: str):
 def cmd_prune(args) -> int:
     from transformers import AutoTokenizer
 
-    from .sentinel import prune_by_strategy
+    from .sentinel import DATA_STRATEGIES, STRATEGIES, prune_by_strategy
     from .training import lm_batches, lm_blocks
     from .zoo import export_stock, prepare_output_dir, save_atomically
 
@@ -74,13 +74,13 @@ def cmd_prune(args) -> int:
     model.eval()
     c = model.config
     batches = None
-    if args.strategy in ("entropy", "importance", "flap"):
+    if args.strategy in DATA_STRATEGIES:
         if not args.text_file:
             raise ValueError(f"--strategy {args.strategy} scores heads on data: pass --text-file")
         if args.strategy == "importance" and task != "causal-lm":
             raise ValueError(
                 f"--strategy importance scores heads by the language-modelling loss on --text-file; {args.model} is a "
-                f"{task} model: use entropy, magnitude, random or flap"
+                f"{task} model: use one of {[s for s in STRATEGIES if s != 'importance']}"
             )
         tokenizer = AutoTokenizer.from_pretrained(args.model)
         with open(args.text_file, encoding="utf-8") as f:
@@ -271,6 +271,7 @@ example: interlayer demo --preset H9 --epochs 1 --train-size 160
 def build_parser() -> argparse.ArgumentParser:
     from .demo import DEFAULTS
     from .models.configuration_bridge import BRIDGE_PRESETS
+    from .sentinel import DATA_STRATEGIES, STRATEGIES
     from .zoo import MECHANISMS, TASKS
 
     parser = argparse.ArgumentParser(prog="interlayer", description=__doc__)
@@ -298,9 +299,9 @@ def build_parser() -> argparse.ArgumentParser:
         "model", help="a saved sentinel model of any family, or a stock checkpoint of one (converted on the way)"
     )
     prune.add_argument("output")
-    prune.add_argument("--strategy", required=True, choices=["entropy", "magnitude", "random", "importance", "flap"])
+    prune.add_argument("--strategy", required=True, choices=STRATEGIES)
     prune.add_argument("--fraction", type=float, required=True, help="fraction of all heads pruned in total")
-    prune.add_argument("--text-file", help="text to score heads on (entropy, importance, flap)")
+    prune.add_argument("--text-file", help=f"text to score heads on ({', '.join(DATA_STRATEGIES)})")
     prune.add_argument("--batches", type=int, default=8)
     prune.add_argument("--batch-size", type=int, default=4)
     prune.add_argument("--seq-len", type=int, default=128)

@@ -162,10 +162,11 @@ def test_flap_prunes_the_head_the_output_projection_does_not_read(tmp_path):
         attn.c_proj.weight[attn.head_dim : 2 * attn.head_dim] = 0.0  # head 1's input rows of c_proj (Conv1D: in, out)
     raw = head_fluctuation(model, padded_batches())
     assert raw[2][1] == 0 and int(raw[2].argmin()) == 1
-    scores = head_scores(model, "flap", padded_batches())
-    for layer, layer_scores in zip(raw, scores):  # standardised within each layer (FLAP's adaptive structure)
+    scores = head_scores(model, "flap-heads", padded_batches())
+    for layer, layer_scores in zip(raw, scores):  # the per-head sums standardised over each layer's heads
         torch.testing.assert_close(layer_scores, (layer - layer.mean()) / layer.std())
     assert int(scores[2].argmin()) == 1
+    assert int(head_scores(model, "flap", padded_batches())[2].argmin()) == 1
 
 
 def test_prune_cli_takes_flap_and_asks_for_text(tmp_path):
