@@ -184,7 +184,7 @@ def sweep_line(recipe, methods: dict) -> str:
     sign = 1 if recipe.higher_is_better else -1
     shares: dict[str, list[str]] = {}
     for name in methods:
-        if "@" in name and name not in recipe.baselines:
+        if "@" in name and name not in recipe.baselines and not name.endswith("+ft"):
             shares.setdefault(name.split("@")[1], []).append(name)
     base = next((b for b in recipe.baselines if b in methods), None)
     parts = []
