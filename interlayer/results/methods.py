@@ -12,7 +12,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .budget import apply_lora, head_parameters, lora_layout, mechanism_parameters, train_top_tensors
+from .budget import (
+    apply_lora,
+    head_parameters,
+    lora_layout,
+    mechanism_parameters,
+    train_top_tensors,
+    warn_off_budget,
+)
 
 TRAINS = ("mechanism", "mechanism+base", "lora", "top", "all")
 
@@ -70,10 +77,13 @@ def build(method: Method, checkpoint: str, budget_method: Method, seed: int, aut
     if method.trains == "lora":
         layout = lora_layout(model, budget, lora_sets)
         details["lora"] = layout.describe()
+        details["budget_used"] = layout.params
+        warn_off_budget(f"LoRA ({layout.describe()})", layout.params, budget)
         head_modules = sorted({name.split(".")[0] for name in head})
         model = apply_lora(model, layout, modules_to_save=head_modules or None)
         return model, (lambda name: "head" if "modules_to_save" in name else "lora"), details
-    _, details["top_tensors"] = train_top_tensors(model, budget)
+    details["budget_used"], details["top_tensors"] = train_top_tensors(model, budget)
+    warn_off_budget("plain fine-tuning of the top tensors", details["budget_used"], budget)
     for name, p in model.named_parameters():
         if name in head:
             p.requires_grad_(True)

@@ -140,6 +140,25 @@ def test_the_top_tensors_train_exactly_the_budget_and_nothing_else_moves():
     assert moved == 100
 
 
+def test_the_partly_trained_tensor_follows_the_model_to_another_dtype():
+    """The gradient hook of the partly trained tensor is built from the gradient itself: a model moved after the
+    budget is set (to bf16 here, as to a GPU at the seed scale) still trains exactly the budget."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)  # fmt: skip
+    model = LlamaForCausalLM(config)
+    total, names = train_top_tensors(model, 100)
+    model.to(torch.bfloat16)
+    ids = torch.randint(0, 64, (2, 8))
+    model(input_ids=ids, labels=ids).loss.backward()
+    partial = dict(model.named_parameters())[names[-1]]
+    assert partial.grad.dtype == torch.bfloat16
+    part = total - sum(dict(model.named_parameters())[n].numel() for n in names[:-1])
+    assert int((partial.grad.flatten()[part:] != 0).sum()) == 0 and int((partial.grad.flatten()[:part] != 0).sum()) > 0
+
+
 def test_lora_layout_is_the_closest_adapter_and_refuses_a_model_without_the_modules():
     from transformers import LlamaConfig, LlamaForCausalLM
 
