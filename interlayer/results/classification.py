@@ -207,7 +207,13 @@ RECIPES = [
         baselines=("lora", "last-layers", "full"),
         # the bridges at the baselines' budget; the encoder-training methods against full fine-tuning (`seed` also
         # has the seed's own head: a head of more parameters than the stock one the others train)
-        matched={"frozen": ("lora", "last-layers"), "retrofit": ("full",), "seed": ("full",)},
+        comparisons=(
+            ("frozen", "lora"),
+            ("frozen", "last-layers"),
+            ("frozen", "full"),
+            ("seed", "full"),
+            ("retrofit", "full"),
+        ),
         abouts={name: m.about for name, m in METHODS.items()},
         scale_notes={
             "quick": "a 4-layer BERT (hidden 32) with random weights, 32 BBC News articles, 64 tokens",

@@ -33,11 +33,15 @@ COLUMNS = (
     "seed",
     "scale",
     "trainable_params",
+    "budget",
+    "budget_used",
     "metric",
     "value",
     "train_tokens",
     "wall_s",
     "peak_rss_mb",
+    "recipe_version",
+    "lr_scale",
     "command",
     "revision",
     "machine",
@@ -76,15 +80,31 @@ class Recipe:
     """The metric the report compares methods on (`higher_is_better` says its direction)."""
     higher_is_better: bool = False
     baselines: tuple[str, ...] = ("lora", "last-layers", "full")
-    """The methods that are not the mechanism: the report compares the mechanism's best method with each."""
-    matched: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    """Fair pairings for the report: `{mechanism method: baselines it is compared with}` (the method trained at the
-    baselines' budget against LoRA and the top tensors; those that train the base too against full fine-tuning).
-    Empty: the mechanism's best method against every baseline."""
+    """The methods that are not the mechanism (drawn grey in the report's plot)."""
+    comparisons: tuple[tuple[str, str], ...] = ()
+    """The comparisons the report makes, declared before any run: `(method, against)` pairs on the primary metric,
+    paired by seed and Holm-adjusted over their family. No other pair of methods is compared."""
+    lr_grid: tuple[float, ...] = ()
+    """Multipliers of every method's learning rates: each method runs each once with `TUNING_SEED`, scored on the
+    recipe's validation split, and the reported seeds run at the best (empty: every method at its fixed rates)."""
+    version: int = 1
+    """Raised whenever what the recipe runs changes, so that the report can tell rows recorded before."""
+    changes: str = ""
+    """What the current version changed, in a sentence (printed beside rows of earlier versions)."""
     abouts: dict[str, str] = field(default_factory=dict)
     """One line per method: what trains, at what learning rate (printed in the report's tables)."""
     notes: str = ""
     """What the recipe does not measure and why, or anything else a reader of its table needs (in the report)."""
+
+
+TUNING_SEED = 1000
+"""The seed of the learning-rate sweep's runs: none of the seeds a scale reports, so the rate is not chosen on the data
+order of a reported run."""
+
+
+def lr(value: float) -> str:
+    """A learning rate as the seeds write them: 2e-5, 1e-3."""
+    return f"{value:.0e}".replace("e-0", "e-")
 
 
 def revision() -> str:
@@ -162,6 +182,7 @@ def measured_run(recipe: Recipe, method: str, seed: int, scale: str, work: Path,
         "details": result.details,
         "wall_s": round(wall, 2),
         "peak_rss_mb": round(max(0, proc_status_bytes("VmHWM") - base) / 2**20, 1),
+        "recipe_version": recipe.version,
         "command": command,
         "revision": rev,
         "machine": machine(),
@@ -221,8 +242,12 @@ def run_recipes(
 
 
 def csv_rows(record: dict) -> list[dict]:
+    """A record's rows, one per metric; `budget` and `budget_used` (a baseline's budget and the parameters it trains
+    against it, the task head not counted) come from its details, empty for the other methods."""
+    details = record.get("details", {})
+    budget = {k: details.get(k, "") for k in ("budget", "budget_used")}
     return [
-        {**{k: record[k] for k in COLUMNS if k in record}, "metric": metric, "value": value}
+        {**{k: record[k] for k in COLUMNS if k in record}, **budget, "metric": metric, "value": value}
         for metric, value in sorted(record["metrics"].items())
     ]
 

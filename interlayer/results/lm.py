@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from .core import Recipe, RunResult, checkpoints
+from .core import Recipe, RunResult, checkpoints, lr
 from .loops import fingerprint, lm_eval_loss, mixed_precision, param_groups, train, trainable_count
 from .methods import Method, build
 
@@ -60,11 +60,6 @@ SCALES = {
         autocast="bfloat16",
     ),
 }
-
-
-def lr(value: float) -> str:
-    """A learning rate as the seeds write them: 2e-5, 1e-3."""
-    return f"{value:.0e}".replace("e-0", "e-")
 
 
 def methods_for(mechanism: str, seed_options: dict, seed_lr: float, schedule: str) -> dict[str, Method]:
@@ -220,8 +215,9 @@ SCALE_NOTES = {
     "loss on the GSM8K test split; the saved model is scored with lm-eval gsm8k 5-shot",
 }
 
-# the seed's recipe trains the mechanism alone, at the baselines' budget; the retrofit trains the base too
-MATCHED = {"seed": ("lora", "last-layers"), "retrofit": ("full",)}
+# the seed's recipe trains the mechanism alone, at the baselines' budget (and against full fine-tuning, how far it is
+# from training everything); the retrofit trains the base too
+COMPARISONS = (("seed", "lora"), ("seed", "last-layers"), ("seed", "full"), ("retrofit", "full"))
 
 NOTES = (
     "GSM8K exact match is not measured at the cpu scale: SmolLM2-135M solves close to none of the problems, so it "
@@ -238,7 +234,7 @@ RECIPES = [
         methods=tuple(HC_METHODS),
         run=lm_run(HC_METHODS),
         abouts={name: m.about for name, m in HC_METHODS.items()},
-        matched=MATCHED,
+        comparisons=COMPARISONS,
         scale_notes=SCALE_NOTES,
         notes=NOTES,
     ),
@@ -250,7 +246,7 @@ RECIPES = [
         methods=tuple(LATENT_METHODS),
         run=lm_run(LATENT_METHODS),
         abouts={name: m.about for name, m in LATENT_METHODS.items()},
-        matched=MATCHED,
+        comparisons=COMPARISONS,
         scale_notes=SCALE_NOTES,
         notes=NOTES,
         shares={"full": "hc-gsm8k"},

@@ -50,7 +50,7 @@ from pathlib import Path
 
 import torch
 
-from .core import Recipe, RunResult, checkpoints
+from .core import Recipe, RunResult, checkpoints, lr
 from .loops import fingerprint, lm_eval_loss, param_groups, train
 
 STRATEGY_NAMES = ("entropy", "magnitude", "importance", "random", "flap", "flap-heads", "wanda-sp")
@@ -63,6 +63,24 @@ METHODS = (
     *(f"{strategy}@{share}" for share in SHARES for strategy in STRATEGY_NAMES),
     "controller",
     *(method + RECOVERY for method in RECOVERED),
+)
+COMPARISONS = (
+    *(
+        (f"{strategy}@{share}", f"random@{share}")
+        for share in SHARES
+        for strategy in STRATEGY_NAMES
+        if strategy != "random"
+    ),
+    *((method + RECOVERY, "random@40" + RECOVERY) for method in RECOVERED if method not in ("none@0", "random@40")),
+)
+"""The sweep's declared comparisons: every scoring strategy against random pruning of the same share, before and
+after the recovery fine-tune (does the criterion beat chance)."""
+VERSION, CHANGES = (
+    2,
+    (
+        "`flap` follows the authors' code (rows of the earlier `flap` are `flap-heads`); `wanda-sp` and the `+ft` "
+        "recovery methods added; the cpu-scale GPT-2 trains 2,000 steps, not 400"
+    ),
 )
 CONTROLLER_BUDGET = 0.3  # the seed's max_pruned_fraction
 ABOUTS = {
@@ -186,7 +204,7 @@ def gpt2_shakespeare_description() -> str:
     c = GPT2_SHAKESPEARE
     return (
         f"GPT-2 architecture ({c['n_layer']} layers x {c['n_head']} heads, hidden {c['n_embd']}, BPE {c['vocab']:,}) "
-        f"trained from scratch for {c['steps']:,} steps of {c['batch']} x {c['block']} tokens (AdamW lr {c['lr']:g}, "
+        f"trained from scratch for {c['steps']:,} steps of {c['batch']} x {c['block']} tokens (AdamW lr {lr(c['lr'])}, "
         "cosine) on the first 90% of tinyshakespeare, once per work folder (no GPT-2 weights offline)"
     )
 
@@ -452,7 +470,7 @@ def describe(scale: str) -> str:
         f"blocks; controller: {c.controller_steps} steps of {c.controller_batch} x {c.block} tokens (gates only); "
         f"forward timed on {c.timing_rows} x {c.block} tokens, median of {c.timing_repeats} interleaved repeats; "
         f"recovery fine-tune (`+ft`): {c.recovery_steps} steps of {c.recovery_batch} x {c.block} tokens, lr "
-        f"{c.recovery_lr:g}"
+        f"{lr(c.recovery_lr)}"
     )
 
 
@@ -467,6 +485,9 @@ SENTINEL_SMOLLM2 = Recipe(
     seeds={"quick": (0, 1), "cpu": (0, 1, 2), "seed": (0, 1, 2)},
     primary="perplexity",
     baselines=("none@0",),
+    comparisons=COMPARISONS,
+    version=VERSION,
+    changes=CHANGES,
     abouts=ABOUTS,
     scale_notes={
         "quick": "a random stock Llama (2 layers x 6 heads, 2 key/value heads, hidden 48); " + describe("quick"),
@@ -485,6 +506,9 @@ SENTINEL_GPT2 = Recipe(
     seeds={"quick": (0, 1), "cpu": (0, 1, 2), "seed": (0, 1, 2)},
     primary="perplexity",
     baselines=("none@0",),
+    comparisons=COMPARISONS,
+    version=VERSION,
+    changes=CHANGES,
     abouts=ABOUTS,
     scale_notes={
         "quick": "a random stock GPT-2 (2 layers x 6 heads, hidden 48); " + describe("quick"),

@@ -229,6 +229,7 @@ RECIPE = Recipe(
     methods=("none", "none-wide", "lin", "perceiver"),
     run=run,
     baselines=("none", "none-wide"),
+    comparisons=(("lin", "none"), ("lin", "none-wide"), ("perceiver", "none"), ("perceiver", "none-wide")),
     abouts={
         "none": "the multi-decoder Marian without a bridge, every weight",
         "none-wide": "the same, encoder FFN widened by the lin bridge's parameters (capacity control)",
