@@ -27,10 +27,13 @@ def fingerprint(batches: list[dict]) -> str:
 
 def mixed_precision(device: str, dtype: str | None):
     """Autocast to `dtype` ("bfloat16", "float16") on `device`, or nothing: weights and optimiser states stay
-    float32, as in the seeds' mixed-precision runs (updates of 2e-5 relative vanish in bf16 weights)."""
+    float32, as in the seeds' mixed-precision runs (updates of 2e-5 relative vanish in bf16 weights). Autocast's
+    weight cache is off: it keeps the low-precision copy of every trainable weight for as long as the context is
+    open, so training and evaluating in one context would run every step, and the evaluation, on the weights the
+    first step cast."""
     if dtype is None:
         return contextlib.nullcontext()
-    return torch.autocast(device_type=torch.device(device).type, dtype=getattr(torch, dtype))
+    return torch.autocast(device_type=torch.device(device).type, dtype=getattr(torch, dtype), cache_enabled=False)
 
 
 def param_groups(model, lrs: dict[str, float], classify, weight_decay: float) -> list[dict]:
