@@ -190,12 +190,18 @@ def cmd_results(args) -> int:
         raise ValueError(f"`--scale` must be one of {list(SCALES)}, got {scale!r}.")
     chosen = [known[name] for name in names]
     if args.plan:
-        for recipe in chosen:
-            seeds = args.seeds or list(recipe.seeds[scale])
-            print(f"{recipe.name} ({recipe.mechanism}): {recipe.summary}")
-            print(f"  {scale}: {recipe.scale_notes.get(scale, '')}")
-            print(f"  methods {', '.join(args.methods or recipe.methods)}; seeds {seeds}")
+        from .results.core import plan
+
+        print(plan(chosen, scale, args.methods, args.seeds))
         return 0
+    if scale != "quick" and not args.report_only and not args.allow_dirty:
+        from .results.core import revision
+
+        if revision().endswith("+changes"):
+            raise ValueError(
+                f"`--scale {scale}` records the revision of the code that runs, and this checkout has uncommitted "
+                "changes: commit them first, or pass --allow-dirty to record the runs as `<revision>+changes`."
+            )
     out = Path(args.out)
     if args.threads:
         import torch
@@ -431,7 +437,16 @@ def build_parser() -> argparse.ArgumentParser:
     results.add_argument("--work", help="folder for checkpoints and scratch files (default: OUT/work)")
     results.add_argument("--report", help="write the markdown report with its plots here (e.g. docs/results.md)")
     results.add_argument("--report-only", action="store_true", help="run nothing; only tabulate what --out holds")
-    results.add_argument("--plan", action="store_true", help="print the recipes, methods and seeds; run nothing")
+    results.add_argument(
+        "--plan",
+        action="store_true",
+        help="print the recipes, methods, seeds, runs and their estimated cost; run nothing",
+    )
+    results.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="run the cpu or seed scale from a checkout with uncommitted changes (recorded as <revision>+changes)",
+    )
     results.add_argument(
         "--threads", type=int, help="torch threads (default: torch's; on a shared machine 1 avoids oversubscription)"
     )

@@ -4,8 +4,9 @@ fine-tuning.
 
 Data: GSM8K training problems as "Question: ...\\nAnswer: ..." texts (the latent seed's format), packed into blocks
 of the scale's length with the end-of-text token between problems (the HC seed packs too). The last problems are
-held out (cpu: the last 500 of `../shared/data/gsm8k/train.jsonl`; the GSM8K test split is never used for tuning);
-the rest is shuffled by the seed, so every method of one seed trains on the same blocks in the same order.
+held out for the test (cpu: all of the last 500 of `../shared/data/gsm8k/train.jsonl`; the seed scale: GSM8K's
+test split), the problems before them are the validation split the learning rates are chosen on, and the rest is
+shuffled by the seed, so every method of one seed trains on the same blocks in the same order.
 Metric: held-out loss and perplexity. GSM8K exact match is not computed at cpu scale: SmolLM2-135M answers close to
 none of the problems (its 5-shot score is at the floor), and greedy decoding of 200-token answers for a held-out set
 costs more than the training; at seed scale each trained model is saved so lm-eval's `gsm8k` (5-shot) scores it, as
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from .core import Recipe, RunResult, checkpoints, lr
+from .core import TUNING_SEED, Estimate, Recipe, RunResult, checkpoints, lr
 from .loops import fingerprint, lm_eval_loss, mixed_precision, param_groups, train, trainable_count
 from .methods import Method, build
 
@@ -36,30 +37,42 @@ LLAMA_LORA_SETS = [
 @dataclass(frozen=True)
 class LMScale:
     model: str  # "smollm2" (the offline checkpoint), "tiny" (built here) or a Hub id
-    train_blocks: int  # training blocks (each method sees the same ones, once)
+    train_blocks: int  # training blocks (each method sees the same ones, once): the steps times `batch`
     batch: int
     block: int  # tokens per block
-    eval_blocks: int
-    held_out: int  # problems held out at the end of the training file
+    test: int  # problems held out at the end of the training file for the test (0: the Hub's test split)
+    validation: int  # problems held out before them, to choose learning rates on
+    validation_blocks: int  # the validation blocks evaluated
+    test_blocks: int | None = None  # the test blocks evaluated (None: all of them)
     accumulation: int = 1
     autocast: str | None = None  # "bfloat16": float32 weights, bf16 autocast (the seeds' mixed precision)
 
 
 SCALES = {
-    "quick": LMScale(model="tiny", train_blocks=16, batch=4, block=64, eval_blocks=8, held_out=40),
-    "cpu": LMScale(model="smollm2", train_blocks=160, batch=8, block=128, eval_blocks=32, held_out=500),
+    "quick": LMScale(model="tiny", train_blocks=16, batch=4, block=64, test=40, validation=20, validation_blocks=8),
+    # 20 steps of 8 x 128 tokens: with each method's rate chosen from the sweep the baselines move in 20 steps (an
+    # outside rerun's LoRA at lr 1e-3: 2.451 -> 1.873), and the test's 500 problems (94,240 tokens, about 3 minutes
+    # of evaluation per run on 2 cores) leave no room for longer runs within about 3 hours for the whole cpu scale
+    "cpu": LMScale(
+        model="smollm2", train_blocks=160, batch=8, block=128, test=500, validation=100, validation_blocks=32
+    ),
     # the seed: one epoch of GSM8K train (about 1,500 blocks of 1024), batch 4 x 8 accumulated, bf16
     "seed": LMScale(
         model="Qwen/Qwen3-0.6B",
         train_blocks=10**6,
         batch=32,
         block=1024,
-        eval_blocks=256,
-        held_out=0,
+        test=0,
+        validation=500,
+        validation_blocks=64,
         accumulation=8,
         autocast="bfloat16",
     ),
 }
+
+LR_GRID = (1.0, 10.0, 100.0)
+"""The learning-rate sweep of the decoder recipes: each method's rates as given, and 10 and 100 times them. The
+outside rerun of issue 38 found LoRA best at 5-100 times its rate, HC at 10 times, over these short runs."""
 
 
 def methods_for(mechanism: str, seed_options: dict, seed_lr: float, schedule: str) -> dict[str, Method]:
@@ -75,7 +88,7 @@ def methods_for(mechanism: str, seed_options: dict, seed_lr: float, schedule: st
             "mechanism",
             {"new": seed_lr},
             schedule,
-            about=f"the mechanism alone, base frozen, lr {lr(seed_lr)} (the seed's recipe)",
+            about=f"the mechanism alone, base frozen, lr {lr(seed_lr)} (the seed's rate)",
         ),
         "retrofit": Method(
             mechanism,
@@ -99,23 +112,26 @@ HC_METHODS = methods_for("hyper-connections", HC_OPTIONS, seed_lr=2e-5, schedule
 LATENT_METHODS = methods_for("latent", LATENT_OPTIONS, seed_lr=1e-4, schedule="linear")
 
 
-def gsm8k_texts(scale: LMScale) -> tuple[list[str], list[str]]:
-    """Training and held-out texts. Offline scales read `../shared/data/gsm8k/train.jsonl` and hold out its last
-    `held_out` problems; the seed scale reads GSM8K from the Hub (train, and test for held-out loss only)."""
-    if scale.held_out == 0:
+def gsm8k_texts(scale: LMScale) -> tuple[list[str], list[str], list[str]]:
+    """Training, validation and test texts. Offline scales read `../shared/data/gsm8k/train.jsonl`: its last `test`
+    problems are the test, the `validation` before them the validation split, the rest trains. The seed scale reads
+    GSM8K from the Hub: its train split without the last `validation` problems trains, and its test split is the
+    test."""
+    fmt = lambda r: f"Question: {r['question']}\nAnswer: {r['answer']}"  # noqa: E731
+    if scale.test == 0:
         from datasets import load_dataset
 
         data = load_dataset("openai/gsm8k", "main")
-        fmt = [f"Question: {r['question']}\nAnswer: {r['answer']}" for r in data["train"]]
-        return fmt, [f"Question: {r['question']}\nAnswer: {r['answer']}" for r in data["test"]]
+        train = [fmt(r) for r in data["train"]]
+        return train[: -scale.validation], train[-scale.validation :], [fmt(r) for r in data["test"]]
     from ..training import shared_data
 
     path = shared_data("gsm8k", "train.jsonl")
     if path is None:
         raise FileNotFoundError("the GSM8K recipes need ../shared/data/gsm8k/train.jsonl (the project's data folder)")
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    texts = [f"Question: {r['question']}\nAnswer: {r['answer']}" for r in rows]
-    return texts[: -scale.held_out], texts[-scale.held_out :]
+    texts = [fmt(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+    held = scale.test + scale.validation
+    return texts[:-held], texts[-held : -scale.test], texts[-scale.test :]
 
 
 def stock_checkpoint(scale: LMScale, workdir: Path) -> str:
@@ -134,7 +150,7 @@ def stock_checkpoint(scale: LMScale, workdir: Path) -> str:
     from ..training import train_byte_bpe
     from ..zoo import save_atomically
 
-    train_texts, _ = gsm8k_texts(scale)
+    train_texts, _, _ = gsm8k_texts(scale)
     tokenizer = train_byte_bpe("\n".join(train_texts[:400]), vocab_size=384)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
@@ -153,76 +169,160 @@ def stock_checkpoint(scale: LMScale, workdir: Path) -> str:
     return save_atomically(LlamaForCausalLM(config), str(folder), tokenizer=tokenizer)
 
 
-def packed_blocks(tokenizer, texts: list[str], block: int, count: int) -> torch.Tensor:
-    """The texts in order, end-of-text between them, cut into `count` blocks of `block` tokens (fewer if short)."""
+def packed_blocks(tokenizer, texts: list[str], block: int, count: int | None) -> torch.Tensor:
+    """The texts in order, end-of-text between them, cut into `count` blocks of `block` tokens (fewer if short; every
+    whole block where `count` is None)."""
     ids: list[int] = []
     for text in texts:
         ids += tokenizer(text)["input_ids"] + [tokenizer.eos_token_id]
-        if len(ids) >= block * count:
+        if count is not None and len(ids) >= block * count:
             break
-    usable = min(count, len(ids) // block)
+    usable = len(ids) // block if count is None else min(count, len(ids) // block)
     return torch.tensor(ids[: usable * block]).view(usable, block)
 
 
-def lm_data(scale: LMScale, checkpoint: str, seed: int) -> tuple[list[dict], list[dict]]:
-    """Training batches in the seed's order and the fixed held-out batches."""
+def lm_data(scale: LMScale, checkpoint: str, seed: int) -> tuple[list[dict], list[dict], list[dict]]:
+    """Training batches in the seed's order, and the fixed validation and test batches."""
     from transformers import AutoTokenizer
 
     from ..training import lm_batches
 
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
-    train_texts, eval_texts = gsm8k_texts(scale)
+    train_texts, validation_texts, test_texts = gsm8k_texts(scale)
     order = torch.randperm(len(train_texts), generator=torch.Generator().manual_seed(seed)).tolist()
     train_blocks = packed_blocks(tokenizer, [train_texts[i] for i in order], scale.block, scale.train_blocks)
-    eval_blocks = packed_blocks(tokenizer, eval_texts, scale.block, scale.eval_blocks)
-    return lm_batches(train_blocks, scale.batch), lm_batches(eval_blocks, scale.batch)
+    validation = packed_blocks(tokenizer, validation_texts, scale.block, scale.validation_blocks)
+    test = packed_blocks(tokenizer, test_texts, scale.block, scale.test_blocks)
+    return lm_batches(train_blocks, scale.batch), lm_batches(validation, scale.batch), lm_batches(test, scale.batch)
 
 
 def lm_run(methods: dict[str, Method]):
-    def run(method_name: str, seed: int, scale_name: str, workdir: Path) -> RunResult:
+    def run(method_name: str, seed: int, scale_name: str, workdir: Path, lr_scale: float = 1.0) -> RunResult:
         scale = SCALES[scale_name]
         device = "cuda" if torch.cuda.is_available() else "cpu"
         checkpoint = stock_checkpoint(scale, workdir)
-        train_batches, eval_batches = lm_data(scale, checkpoint, seed)
+        train_batches, validation, test = lm_data(scale, checkpoint, seed)
         method = methods[method_name]
+        rates = {group: rate * lr_scale for group, rate in method.lrs.items()}
         from transformers import AutoModelForCausalLM
 
         model, classify, details = build(
             method, checkpoint, methods["seed"], seed, AutoModelForCausalLM, LLAMA_LORA_SETS
         )
         model = model.to(device)
-        groups = param_groups(model, method.lrs, classify, weight_decay=0.0)
+        groups = param_groups(model, rates, classify, weight_decay=0.0)
         with mixed_precision(device, scale.autocast):
-            before = lm_eval_loss(model, eval_batches, device)
             log = train(
                 model, groups, train_batches, schedule=method.schedule, device=device, accumulation=scale.accumulation
             )
-            metrics = {**lm_eval_loss(model, eval_batches, device), "eval_loss_before": before["eval_loss"], **log}
+            metrics = {f"validation_{k}": v for k, v in lm_eval_loss(model, validation, device).items()} | log
+            if seed != TUNING_SEED:  # the test is evaluated for the reported runs only
+                metrics |= lm_eval_loss(model, test, device)
         if scale_name == "seed":
             model.save_pretrained(workdir / "model")
         tokens = sum(b["input_ids"].numel() for b in train_batches)
-        details.update(data_order=fingerprint(train_batches), held_out=fingerprint(eval_batches), lrs=method.lrs)
+        details.update(
+            data_order=fingerprint(train_batches),
+            validation=fingerprint(validation),
+            held_out=fingerprint(test),
+            lrs=rates,
+            lr_scale=lr_scale,
+        )
         return RunResult(metrics=metrics, trainable_params=trainable_count(model), train_tokens=tokens, details=details)
 
     return run
 
 
-SCALE_NOTES = {
-    "quick": "a 4-layer Llama (hidden 64) with random weights and a 384-token BPE, 16 blocks of 64 tokens",
-    "cpu": "SmolLM2-135M (real weights, fp32), 160 blocks of 128 tokens (20,480 tokens, 20 steps of 8), held-out "
-    "loss on 32 blocks of the last 500 GSM8K training problems",
-    "seed": "Qwen3-0.6B in bf16, one epoch of GSM8K train packed in blocks of 1024, batch 4 x 8 accumulated; held-out "
-    "loss on the GSM8K test split; the saved model is scored with lm-eval gsm8k 5-shot",
+def describe(scale: str) -> str:
+    """What a scale trains and evaluates on, from its `LMScale` (so that the notes stay true to the sizes)."""
+    c = SCALES[scale]
+    steps = c.train_blocks // c.batch
+    data = {
+        "quick": "a 4-layer Llama (hidden 64) with random weights and a 384-token BPE",
+        "cpu": "SmolLM2-135M (real weights, fp32)",
+        "seed": "Qwen3-0.6B in bf16 autocast over float32 weights",
+    }[scale]
+    if c.test == 0:
+        training = f"one epoch of GSM8K train without its last {c.validation} problems, packed in blocks of {c.block}"
+        test = "the GSM8K test split"
+    else:
+        training = f"{c.train_blocks} blocks of {c.block} tokens ({steps} steps of {c.batch})"
+        test = f"every block of the last {c.test} GSM8K training problems"
+    return (
+        f"{data}; {training}, batch {c.batch // c.accumulation} x {c.accumulation} accumulated; learning rates chosen "
+        f"on {c.validation_blocks} blocks of the {c.validation} problems before the test; test loss on {test}"
+    )
+
+
+COST = {
+    # seconds per training step of 8 x 128 tokens on 2 cores: the committed cpu-scale records of revision 9ad8688
+    # (20 steps each), scaled to a full fine-tuning step of 6.2 s and a forward pass of 2.1 s per 1,024 tokens
+    # measured on the idle machine on 2026-11-28
+    "step": {
+        "hyper-connections": {"seed": 4.2, "retrofit": 6.6, "lora": 1.8, "last-layers": 1.8, "full": 6.2},
+        "latent": {"seed": 4.9, "retrofit": 10.6, "lora": 3.7, "last-layers": 2.5, "full": 6.2},
+    },
+    "forward_per_1024_tokens": 2.1,
+    "load": 8.0,
+    "test_tokens": 94_240,  # the last 500 problems of the offline GSM8K train file, SmolLM2's tokenizer
 }
+
+
+def estimate_for(mechanism: str):
+    def estimate(method: str, scale: str, tuning: bool) -> Estimate:
+        c = SCALES[scale]
+        steps = c.train_blocks // c.batch
+        if scale == "quick":
+            return Estimate(seconds=2.0)
+        if scale == "cpu":
+            passes = 2 if mechanism == "latent" and method in ("seed", "retrofit") else 1
+            tokens = c.validation_blocks * c.block + (0 if tuning else COST["test_tokens"])
+            evaluation = passes * tokens / 1024 * COST["forward_per_1024_tokens"]
+            return Estimate(seconds=COST["load"] + steps * COST["step"][mechanism][method] + evaluation)
+        return seed_estimate(mechanism, method, tuning)
+
+    return estimate
+
+
+def seed_estimate(mechanism: str, method: str, tuning: bool) -> Estimate:
+    """One seed-scale run on one H100-class GPU, from Qwen3-0.6B's size (see `core.gpu_estimate`)."""
+    from .core import gpu_estimate
+
+    trainable = {"full": 0.6e9, "retrofit": 0.6e9}.get(method, 0.0)
+    return gpu_estimate(
+        params=0.6e9,
+        trainable=trainable,
+        train_tokens=1.4e6,
+        eval_tokens=0.1e6 if tuning else 0.35e6,
+        passes=2 if mechanism == "latent" and method in ("seed", "retrofit") else 1,
+        streams=4 if mechanism == "hyper-connections" and method in ("seed", "retrofit") else 1,
+        layers=28,
+        hidden=1024,
+        micro_tokens=4 * 1024,
+        vocab=151_936,
+    )
+
 
 # the seed's recipe trains the mechanism alone, at the baselines' budget (and against full fine-tuning, how far it is
 # from training everything); the retrofit trains the base too
 COMPARISONS = (("seed", "lora"), ("seed", "last-layers"), ("seed", "full"), ("retrofit", "full"))
+CPU_METHODS = ("seed", "lora", "last-layers", "full")
+"""The cpu scale leaves out `retrofit`: with its sweep and seeds it would add about 40 minutes to a scale that
+already takes about 3 hours (`--methods retrofit` runs it)."""
 
 NOTES = (
     "GSM8K exact match is not measured at the cpu scale: SmolLM2-135M solves close to none of the problems, so it "
     "cannot separate methods, and greedy decoding of 200-token answers would cost more than the training. At the "
-    "seed scale each trained model is saved under `--work` for lm-eval's `gsm8k` (5-shot), as the HC seed scored it."
+    "seed scale each trained model is saved under `--work` for lm-eval's `gsm8k` (5-shot), as the HC seed scored it. "
+    "The cpu scale runs `seed`, `lora`, `last-layers` and `full`; `retrofit` would add about 40 minutes with its "
+    "sweep (`--methods retrofit` runs it)."
+)
+VERSION, CHANGES = (
+    2,
+    (
+        "every method's learning rates chosen from a sweep (x1, x10, x100) on a validation split, the test loss on all "
+        "500 held-out problems (it was the first 21), the cpu scale without `retrofit`"
+    ),
 )
 
 RECIPES = [
@@ -235,8 +335,13 @@ RECIPES = [
         run=lm_run(HC_METHODS),
         abouts={name: m.about for name, m in HC_METHODS.items()},
         comparisons=COMPARISONS,
-        scale_notes=SCALE_NOTES,
+        lr_grid=LR_GRID,
+        scale_notes={scale: describe(scale) for scale in SCALES},
+        scale_methods={"cpu": CPU_METHODS},
         notes=NOTES,
+        version=VERSION,
+        changes=CHANGES,
+        estimate=estimate_for("hyper-connections"),
     ),
     Recipe(
         name="latent-gsm8k",
@@ -247,8 +352,13 @@ RECIPES = [
         run=lm_run(LATENT_METHODS),
         abouts={name: m.about for name, m in LATENT_METHODS.items()},
         comparisons=COMPARISONS,
-        scale_notes=SCALE_NOTES,
+        lr_grid=LR_GRID,
+        scale_notes={scale: describe(scale) for scale in SCALES},
+        scale_methods={"cpu": CPU_METHODS},
         notes=NOTES,
         shares={"full": "hc-gsm8k"},
+        version=VERSION,
+        changes=CHANGES,
+        estimate=estimate_for("latent"),
     ),
 ]

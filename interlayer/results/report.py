@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .budget import BUDGET_TOLERANCE, budget_gap
-from .core import TUNING_SEED, read_csvs
+from .core import TUNING_SEED, choose_lr_scale, read_csvs
 from .stats import LEVEL, Interval, Paired, holm, interval, paired, scale_of
 
 ALPHA = 0.05
@@ -93,19 +93,6 @@ def tuning_runs(rows: list[dict]) -> dict:
             trial = out.setdefault(row["recipe"], {}).setdefault(row["method"], {}).setdefault(row["lr_scale"], {})
             trial[row["metric"]] = float(row["value"])
     return out
-
-
-def chosen_scale(recipe, trials: dict) -> str | None:
-    """The learning-rate multiplier a method's tuning runs choose: the best validation value of the recipe's primary
-    metric, ties broken by the lower validation loss; trials that diverged (no validation metric) never win."""
-    sign = 1 if recipe.higher_is_better else -1
-    key = f"validation_{recipe.primary}"
-    finished = {scale: m for scale, m in trials.items() if math.isfinite(m.get(key, math.nan))}
-    if not finished:
-        return None
-    return max(
-        finished, key=lambda s: (sign * finished[s][key], -finished[s].get("validation_eval_loss", 0.0), -float(s))
-    )
 
 
 def lr_text(entry: Entry) -> str:
@@ -277,12 +264,12 @@ def tuning_table(recipe, trials: dict) -> list[str]:
         "| --- | " + " | ".join("---:" for _ in scales) + " |",
     ]
     for method in [m for m in recipe.methods if m in trials]:
-        best = chosen_scale(recipe, trials[method])
+        best = choose_lr_scale(recipe, {float(x): m for x, m in trials[method].items()})
         cells = []
         for s in scales:
             value = trials[method].get(s, {}).get(key)
             text = "diverged" if s in trials[method] and value is None else "" if value is None else number(value)
-            cells.append(f"**{text}**" if s == best else text)
+            cells.append(f"**{text}**" if float(s) == best else text)
         lines.append(f"| {method} | " + " | ".join(cells) + " |")
     return lines + [""]
 
@@ -354,7 +341,7 @@ def verdict_line(recipe, methods: dict, found: list[Comparison]) -> str:
     head = f"**{recipe.name}** ({recipe.mechanism}; {recipe.primary}, {direction} is better)"
     if any(v < recipe.version for entry in methods.values() for v in entry.versions):
         changed = recipe.changes.rstrip(".")
-        head += f" [rows of an earlier version of the recipe, before: {changed}]"
+        head += f" [rows recorded before version {recipe.version} of the recipe, which changed: {changed}]"
     if not is_sweep(recipe.methods) and all(not s for entry in methods.values() for s in entry.lr_scales):
         head += " [at fixed learning rates, not tuned alike]"
     if not found:

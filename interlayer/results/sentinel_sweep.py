@@ -50,7 +50,7 @@ from pathlib import Path
 
 import torch
 
-from .core import Recipe, RunResult, checkpoints, lr
+from .core import Estimate, Recipe, RunResult, checkpoints, gpu_estimate, lr
 from .loops import fingerprint, lm_eval_loss, param_groups, train
 
 STRATEGY_NAMES = ("entropy", "magnitude", "importance", "random", "flap", "flap-heads", "wanda-sp")
@@ -474,6 +474,37 @@ def describe(scale: str) -> str:
     )
 
 
+def estimate_for(family: str):
+    """Seconds per run: cpu from the committed records of revision ad3262e (SmolLM2: about 8 s a one-shot run; the
+    small GPT-2: under 1 s) plus the recovery fine-tune at a full fine-tuning step's cost (SmolLM2: 6.2 s per
+    1,024 tokens on the idle machine, 2026-11-28); seed from the models' sizes."""
+
+    def estimate(method: str, scale: str, tuning: bool) -> Estimate:
+        setting = SETTINGS[scale]
+        if scale == "quick":
+            return Estimate(seconds=1.0)
+        tokens = setting.recovery_steps * setting.recovery_batch * setting.block if method.endswith(RECOVERY) else 0
+        if scale == "cpu":
+            one_shot, step = (8.0, 6.2) if family == "smollm2" else (1.0, 0.6)
+            return Estimate(seconds=one_shot + (4.0 if method == "controller" else 0.0) + step * tokens / 1024)
+        controller = (
+            setting.controller_steps * setting.controller_batch * setting.block if method == "controller" else 0
+        )
+        return gpu_estimate(
+            params=0.135e9,
+            trainable=0.135e9 if tokens else 0.0,
+            train_tokens=tokens + controller,
+            eval_tokens=(setting.eval_blocks + setting.score_blocks) * setting.block,
+            layers=30 if family == "smollm2" else 12,
+            hidden=576 if family == "smollm2" else 768,
+            micro_tokens=setting.batch * setting.block,
+            vocab=49_152 if family == "smollm2" else 50_257,
+            extra_seconds=30.0,  # loading, conversion, the forward timings
+        )
+
+    return estimate
+
+
 SENTINEL_SMOLLM2 = Recipe(
     name="sentinel-smollm2",
     mechanism="sentinel",
@@ -482,7 +513,8 @@ SENTINEL_SMOLLM2 = Recipe(
     "FLAP, Wanda-sp) and by the seed's controller, and after a short recovery fine-tune",
     methods=METHODS,
     run=lambda method, seed, scale, workdir: run_sweep(SMOLLM2, method, seed, scale, workdir),
-    seeds={"quick": (0, 1), "cpu": (0, 1, 2), "seed": (0, 1, 2)},
+    estimate=estimate_for("smollm2"),
+    seeds={"quick": (0,), "cpu": (0, 1, 2), "seed": (0, 1, 2)},
     primary="perplexity",
     baselines=("none@0",),
     comparisons=COMPARISONS,
@@ -503,7 +535,9 @@ SENTINEL_GPT2 = Recipe(
     "GPT-2 trained from scratch on tinyshakespeare, since no GPT-2 weights are offline; at seed scale `gpt2`)",
     methods=METHODS,
     run=lambda method, seed, scale, workdir: run_sweep(GPT2, method, seed, scale, workdir),
-    seeds={"quick": (0, 1), "cpu": (0, 1, 2), "seed": (0, 1, 2)},
+    estimate=estimate_for("gpt2"),
+    setup_seconds={"cpu": 0.56 * GPT2_SHAKESPEARE["steps"]},  # 18.7 minutes for 2,000 steps on 2 cores
+    seeds={"quick": (0,), "cpu": (0, 1, 2), "seed": (0, 1, 2)},
     primary="perplexity",
     baselines=("none@0",),
     comparisons=COMPARISONS,

@@ -46,29 +46,37 @@ def test_the_decoder_seed_scale_trains_and_saves_what_lm_eval_scores(tmp_path, m
     )
     asked = []
     monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: asked.append(a) or hub)
-    seed_scale = replace(lm.SCALES["seed"], model=qwen3_bf16, block=32, train_blocks=64, eval_blocks=4)
+    seed_scale = replace(
+        lm.SCALES["seed"],
+        model=qwen3_bf16,
+        block=32,
+        train_blocks=64,
+        validation=20,
+        validation_blocks=4,
+        test_blocks=4,
+    )
     monkeypatch.setitem(lm.SCALES, "seed", seed_scale)
     out = tmp_path / "out"
     records = run_recipes([recipes()[recipe]], "seed", out, methods=["seed", "lora"], seeds=[0], progress=False)
     assert asked[0] == ("openai/gsm8k", "main")
     for record in records:
         assert record["metrics"]["steps"] == 2  # 64 blocks in batches of 32, each in 8 accumulated chunks
-        assert torch.isfinite(torch.tensor(record["metrics"]["eval_loss"]))
-    seed_run = next(r for r in records if r["method"] == "seed")
+        assert torch.isfinite(torch.tensor(record["metrics"]["validation_eval_loss"]))
+    seed_run = next(r for r in records if r["method"] == "seed" and r["seed"] == 0)
     from transformers import AutoModelForCausalLM
 
     from interlayer.results.budget import mechanism_parameters
     from interlayer.results.loops import lm_eval_loss, mixed_precision
     from interlayer.results.methods import build
 
-    saved = out / "work" / recipe / "seed" / "seed0" / "model"
+    saved = out / "work" / recipe / "seed" / f"seed0-x{seed_run['lr_scale']:g}" / "model"
     model = AutoModelForCausalLM.from_pretrained(saved, trust_remote_code=True, dtype=torch.float32)
     methods = lm.HC_METHODS if recipe == "hc-gsm8k" else lm.LATENT_METHODS
     initial, _, _ = build(methods["seed"], qwen3_bf16, methods["seed"], 0, AutoModelForCausalLM, lm.LLAMA_LORA_SETS)
     trained = mechanism_parameters(model)
     changed = sum(int((p != trained[n]).sum()) for n, p in mechanism_parameters(initial).items())
     assert changed > 0.9 * sum(p.numel() for p in trained.values())  # steps of lr 1e-4 are not lost to bf16 rounding
-    _, held_out = lm.lm_data(seed_scale, qwen3_bf16, 0)
+    _, _, held_out = lm.lm_data(seed_scale, qwen3_bf16, 0)
     with mixed_precision("cpu", "bfloat16"):
         reloaded = lm_eval_loss(model, held_out)["eval_loss"]
     assert reloaded == pytest.approx(seed_run["metrics"]["eval_loss"], rel=1e-4)
@@ -98,7 +106,8 @@ def test_the_bridges_seed_scale_runs_on_glue_rte_rows(tmp_path, monkeypatch):
     folder = tmp_path / "roberta"
     RobertaModel(config).to(torch.bfloat16).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
-    monkeypatch.setitem(classification.SCALES, "seed", replace(classification.SCALES["seed"], model=str(folder)))
+    seed_scale = replace(classification.SCALES["seed"], model=str(folder), validation=16)
+    monkeypatch.setitem(classification.SCALES, "seed", seed_scale)
     out = tmp_path / "out"
     records = run_recipes(
         [recipes()["bridges-classification"]],
@@ -110,6 +119,9 @@ def test_the_bridges_seed_scale_runs_on_glue_rte_rows(tmp_path, monkeypatch):
     )
     assert asked[0] == ("nyu-mll/glue", "rte")
     for record in records:
-        assert record["metrics"]["steps"] == 3 * 64 // 8  # three epochs of the 64 training pairs, batch 8
-        assert 0.0 <= record["metrics"]["accuracy"] <= 1.0
-        assert (out / "work" / "bridges-classification" / record["method"] / "seed0" / "model").exists()
+        assert record["metrics"]["steps"] == 3 * 48 // 8  # three epochs of the 64 - 16 training pairs, batch 8
+        assert 0.0 <= record["metrics"]["validation_accuracy"] <= 1.0
+        if record["seed"] == 0:
+            assert 0.0 <= record["metrics"]["accuracy"] <= 1.0
+            run = f"seed0-x{record['lr_scale']:g}"
+            assert (out / "work" / "bridges-classification" / record["method"] / run / "model").exists()
