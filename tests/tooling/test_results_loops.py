@@ -1,6 +1,7 @@
 """The training loop and evaluation every results recipe shares, checked on CPU stand-ins for what the seed scale
 does on a GPU: bf16 autocast over float32 weights."""
 
+import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -30,3 +31,37 @@ def test_training_and_evaluating_in_one_autocast_context_uses_the_trained_weight
     with mixed_precision("cpu", "bfloat16"):
         fresh = lm_eval_loss(model, batches)["eval_loss"]
     assert inside == fresh
+
+
+def reference_loss(model, batches):
+    """The held-out loss from each batch's whole logits in float64: the definition the chunks must add up to."""
+    total, tokens = 0.0, 0
+    with torch.no_grad():
+        for batch in batches:
+            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1]
+            labels = batch["labels"][:, 1:]
+            total += torch.nn.functional.cross_entropy(
+                logits.double().reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="sum"
+            ).item()
+            tokens += labels.numel()
+    return total / tokens
+
+
+def test_the_evaluation_holds_a_bounded_share_of_a_large_vocabularys_logits():
+    """A stand-in for the seed scale's Qwen3 vocabulary (151,936): 50,000 tokens, so that one batch's float32 logits
+    are 102 MB. With a budget of 4 MB the evaluation's peak memory stays under a quarter of the batch's logits (the
+    unchunked evaluation held them, and the cross-entropy's workspace, at once: over twice them), and the loss is the
+    same."""
+    from interlayer.bench import proc_status_bytes, reset_peak_rss
+
+    vocab, rows, length = 50_000, 32, 16
+    model = tiny_llama(vocab=vocab).eval()
+    batches = lm_batches(vocab=vocab, rows=rows, length=length, count=2)
+    logits_bytes = rows * length * vocab * 4
+    lm_eval_loss(model, batches, logits_budget=4 * 2**20)  # allocator warm-up
+    reset_peak_rss()
+    before = proc_status_bytes("VmRSS")
+    measured = lm_eval_loss(model, batches, logits_budget=4 * 2**20)
+    peak = proc_status_bytes("VmHWM") - before
+    assert peak < logits_bytes / 4, f"peak {peak / 2**20:.0f} MB against logits of {logits_bytes / 2**20:.0f} MB"
+    assert measured["eval_loss"] == pytest.approx(reference_loss(model, batches), rel=1e-6)
