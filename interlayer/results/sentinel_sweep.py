@@ -467,7 +467,10 @@ def describe(scale: str) -> str:
     data = "a synthetic token stream" if scale == "quick" else "tinyshakespeare"
     return (
         f"{data}, last 10% held out: {c.eval_blocks} held-out blocks of {c.block} tokens, {c.score_blocks} scoring "
-        f"blocks; controller: {c.controller_steps} steps of {c.controller_batch} x {c.block} tokens (gates only); "
+        f"blocks; controller: {c.controller_steps} steps of {c.controller_batch} x {c.block} tokens (gates only), "
+        f"warm-up {c.controller_warmup}, an update every step, lr {c.controller_lr:g} (on purpose not the seed's "
+        "warm-up 500, an update every 100 steps and lr 0.01, with which no head falls to the mask threshold in runs "
+        "this short); "
         f"forward timed on {c.timing_rows} x {c.block} tokens, median of {c.timing_repeats} interleaved repeats; "
         f"recovery fine-tune (`+ft`): {c.recovery_steps} steps of {c.recovery_batch} x {c.block} tokens, lr "
         f"{lr(c.recovery_lr)}"

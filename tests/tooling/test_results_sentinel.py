@@ -191,3 +191,9 @@ def test_prune_cli_takes_flap_and_asks_for_text(tmp_path):
     build_stock_gpt2(str(tmp_path / "stock"))
     args = ["prune", str(tmp_path / "stock"), str(tmp_path / "x"), "--strategy", "flap", "--fraction", "0.5"]
     assert main(args) == 2
+
+
+def test_the_report_says_where_the_controller_departs_from_the_seeds_values():
+    for name in ("sentinel-smollm2", "sentinel-gpt2"):
+        for note in recipes()[name].scale_notes.values():
+            assert "not the seed's warm-up 500, an update every 100 steps and lr 0.01" in note
