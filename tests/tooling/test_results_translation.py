@@ -61,3 +61,18 @@ def test_a_rerun_with_the_same_seed_reproduces_the_metrics(quick_records, tmp_pa
     again = run("lin", 0, "quick", tmp_path, lr_scale=first["lr_scale"])
     assert again.metrics == first["metrics"] and again.details["fingerprint"] == first["details"]["fingerprint"]
     assert run("lin", 1, "quick", tmp_path).details["fingerprint"] != first["details"]["fingerprint"]
+
+
+def test_the_seed_size_runs_where_the_machine_is_in_bf16_autocast():
+    """The seed scale names no device (it used to hard-code cuda) and trains in bf16 autocast over float32 weights,
+    as the other recipes' seed scales do: a shrunken seed size runs here on the CPU."""
+    import dataclasses
+
+    from interlayer.results.translation import SIZES, train_and_evaluate
+
+    assert SIZES["seed"].autocast == "bfloat16"
+    tiny = dataclasses.replace(SIZES["seed"], d_model=32, layers=1, heads=2, ffn=64, steps=2, batch=4,
+                               bridge_fixed_length=4, bridge_hidden_size=32, bridge_heads=2)  # fmt: skip
+    result = train_and_evaluate("lin", 0, tiny, test=False)
+    assert result.details["device"] == "cpu" and result.details["steps"] == 2
+    assert set(result.metrics) == {"validation_eval_loss"}
