@@ -216,6 +216,7 @@ def cmd_results(args) -> int:
             seeds=args.seeds,
             work=args.work,
             command="interlayer results " + " ".join(args.argv),
+            keep_models=args.keep_models,
         )
     if args.report:
         from .results.report import write_report
@@ -441,6 +442,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--plan",
         action="store_true",
         help="print the recipes, methods, seeds, runs and their estimated cost; run nothing",
+    )
+    results.add_argument(
+        "--keep-models",
+        action="store_true",
+        help="keep each reported run's trained model under --work, in bf16 (default: the seed scale saves a model only "
+        "while lm-eval scores it)",
     )
     results.add_argument(
         "--allow-dirty",

@@ -143,6 +143,8 @@ class Recipe:
     """The methods a scale runs when none are named (default: every method); `--methods` runs any."""
     estimate: Callable[[str, str, bool], Estimate] | None = None
     """`estimate(method, scale, tuning)`: what one run costs (`--plan`)."""
+    saves_models: bool = False
+    """Whether its runs can keep their trained model (`run(..., keep_model=True)`, `--keep-models`)."""
     setup_seconds: dict[str, float] = field(default_factory=dict)
     """What a scale costs once before its first run (a checkpoint the recipe trains), in the estimate's units."""
 
@@ -226,6 +228,7 @@ def measured_run(
     command: str,
     rev: str,
     lr_scale: float | None = None,
+    keep_model: bool = False,
 ) -> dict:
     """Run one (method, seed) of `recipe`, at `lr_scale` times the method's learning rates where the recipe sweeps
     them, and record it with its wall time, peak memory, revision and machine. A tuning run whose training loss
@@ -238,7 +241,7 @@ def measured_run(
     reset_peak_rss()
     start = time.perf_counter()
     try:
-        extra = {} if lr_scale is None else {"lr_scale": lr_scale}
+        extra = ({} if lr_scale is None else {"lr_scale": lr_scale}) | ({"keep_model": True} if keep_model else {})
         result = recipe.run(method, seed, scale, workdir, **extra)
     except FloatingPointError as err:
         if seed != TUNING_SEED:
@@ -336,9 +339,11 @@ def plan(recipes: list[Recipe], scale: str, methods: list[str] | None = None, se
             all_seconds += seconds
             text += f"; estimated {seconds / 60:.0f} min on {machine}"
             if scale == "seed" and costs:
-                text += (
-                    f", peak GPU memory {max(c.gpu_memory_gb for c in costs):.0f} GB, disk "
-                    f"{max(c.disk_gb for c in costs):.1f} GB per run while it is scored"
+                disk = max(c.disk_gb for c in costs)
+                text += f", peak GPU memory {max(c.gpu_memory_gb for c in costs):.0f} GB, " + (
+                    f"disk {disk:.1f} GB per run (its model, saved while lm-eval scores it)"
+                    if disk
+                    else "disk: no model saved unless --keep-models"
                 )
         all_runs += runs
         lines.append(text)
@@ -355,13 +360,15 @@ def run_recipes(
     command: str | None = None,
     progress: bool = True,
     work: Path | None = None,
+    keep_models: bool = False,
 ) -> list[dict]:
     """Run every (recipe, method, seed) not finished in `out` yet, then write `out/<recipe>.csv` for each recipe.
     Returns the records of every run. Where a recipe sweeps learning rates, every method first runs each multiplier
     of `lr_grid` with `TUNING_SEED`, and its reported seeds then run at the multiplier `choose_lr_scale` picks. The
     reported runs go seed-major (an interrupted sweep has every method at the first seeds). Each run's record is
     `out/runs/<recipe>/<method>/seed<S>[-x<multiplier>].json`; checkpoints and scratch files go to `work` (default
-    `out/work`: keep it out of version control)."""
+    `out/work`: keep it out of version control); with `keep_models`, the recipes that can (`saves_models`) keep each
+    reported run's trained model there, in bf16."""
     from tqdm.auto import tqdm
 
     command = command or shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])
@@ -379,7 +386,9 @@ def run_recipes(
         if path not in done:
             if not path.exists():
                 bar.set_postfix_str(f"{recipe.name} {method} {run_name(seed, lr_scale)}")
-                write_json_atomically(path, measured_run(recipe, method, seed, scale, work, command, rev, lr_scale))
+                keep = keep_models and recipe.saves_models and seed != TUNING_SEED
+                record = measured_run(recipe, method, seed, scale, work, command, rev, lr_scale, keep)
+                write_json_atomically(path, record)
             done[path] = json.loads(path.read_text())
             bar.update()
         return {**done[path], "recipe": recipe.name, "mechanism": recipe.mechanism}

@@ -16,14 +16,15 @@ the HC seed did.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import shutil
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
 from .core import TUNING_SEED, Estimate, Recipe, RunResult, checkpoints, lr
 from .loops import fingerprint, lm_eval_loss, mixed_precision, param_groups, train, trainable_count
-from .methods import Method, build
+from .methods import Method, build, save_model
 
 LLAMA_LORA_SETS = [
     ("q_proj", "v_proj"),
@@ -46,6 +47,25 @@ class LMScale:
     test_blocks: int | None = None  # the test blocks evaluated (None: all of them)
     accumulation: int = 1
     autocast: str | None = None  # "bfloat16": float32 weights, bf16 autocast (the seeds' mixed precision)
+    pack: bool = True  # False: one problem per sequence (at most `block` tokens), padded in its batch
+    train_problems: int | None = None  # unpacked: the problems the seed draws, trained `epochs` times
+    epochs: int = 1
+    warmup_steps: int | None = None  # None: 10% of the steps
+    lm_eval: LMEval | None = None  # how the reported runs' saved models are scored
+
+
+@dataclass(frozen=True)
+class LMEval:
+    """An lm-eval task the reported runs are scored on (`lm_eval --model hf` on the model saved in bf16, LoRA merged,
+    with its tokenizer): GSM8K exact match becomes the metrics `gsm8k_exact_match` (strict) and
+    `gsm8k_flexible_exact_match` where the task has that filter."""
+
+    task: str = "gsm8k"
+    fewshot: int = 5
+    include_path: str | None = None  # a folder of local task files (also the working directory lm-eval runs in)
+    limit: int | None = None
+    gen_kwargs: str | None = None
+    batch_size: str = "auto"
 
 
 SCALES = {
@@ -67,6 +87,15 @@ SCALES = {
         validation_blocks=64,
         accumulation=8,
         autocast="bfloat16",
+        lm_eval=LMEval(task="gsm8k", fewshot=5),  # as the HC seed scored it
+    ),
+}
+LATENT_SCALES = {
+    **SCALES,
+    # the latent seed's own setup: 1,000 problems, one per sequence of at most 512 tokens, 3 epochs, batch 4 x 4,
+    # 100 warm-up steps
+    "seed": replace(
+        SCALES["seed"], block=512, batch=16, accumulation=4, pack=False, train_problems=1000, epochs=3, warmup_steps=100
     ),
 }
 
@@ -181,24 +210,75 @@ def packed_blocks(tokenizer, texts: list[str], block: int, count: int | None) ->
     return torch.tensor(ids[: usable * block]).view(usable, block)
 
 
+def problem_batches(tokenizer, texts: list[str], block: int, batch: int) -> list[dict]:
+    """One problem per sequence (end-of-text after it, at most `block` tokens), right-padded within each batch of
+    `batch`; padding is masked out of attention and of the labels."""
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    out = []
+    for start in range(0, len(texts), batch):
+        rows = [(tokenizer(t)["input_ids"] + [tokenizer.eos_token_id])[:block] for t in texts[start : start + batch]]
+        width = max(map(len, rows))
+        ids = torch.full((len(rows), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, row in enumerate(rows):
+            ids[i, : len(row)], mask[i, : len(row)] = torch.tensor(row), 1
+        out.append({"input_ids": ids, "attention_mask": mask, "labels": ids.masked_fill(mask == 0, -100)})
+    return out
+
+
 def lm_data(scale: LMScale, checkpoint: str, seed: int) -> tuple[list[dict], list[dict], list[dict]]:
-    """Training batches in the seed's order, and the fixed validation and test batches."""
+    """Training batches in the seed's order, and the fixed validation and test batches (packed blocks)."""
     from transformers import AutoTokenizer
 
     from ..training import lm_batches
 
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
     train_texts, validation_texts, test_texts = gsm8k_texts(scale)
-    order = torch.randperm(len(train_texts), generator=torch.Generator().manual_seed(seed)).tolist()
-    train_blocks = packed_blocks(tokenizer, [train_texts[i] for i in order], scale.block, scale.train_blocks)
+    generator = torch.Generator().manual_seed(seed)
+    order = torch.randperm(len(train_texts), generator=generator).tolist()
+    if scale.pack:
+        blocks = packed_blocks(tokenizer, [train_texts[i] for i in order], scale.block, scale.train_blocks)
+        train_batches = lm_batches(blocks, scale.batch)
+    else:
+        chosen = order[: scale.train_problems]
+        texts = [
+            train_texts[chosen[i]]
+            for _ in range(scale.epochs)
+            for i in torch.randperm(len(chosen), generator=generator)
+        ]
+        train_batches = problem_batches(tokenizer, texts, scale.block, scale.batch)
     validation = packed_blocks(tokenizer, validation_texts, scale.block, scale.validation_blocks)
     test = packed_blocks(tokenizer, test_texts, scale.block, scale.test_blocks)
-    return lm_batches(train_blocks, scale.batch), lm_batches(validation, scale.batch), lm_batches(test, scale.batch)
+    return train_batches, lm_batches(validation, scale.batch), lm_batches(test, scale.batch)
 
 
-def lm_run(methods: dict[str, Method]):
-    def run(method_name: str, seed: int, scale_name: str, workdir: Path, lr_scale: float = 1.0) -> RunResult:
-        scale = SCALES[scale_name]
+def score_with_lm_eval(folder: Path, spec: LMEval, out: Path, device: str) -> dict[str, float]:
+    """`lm_eval --model hf` on the saved model `folder` (its remote code trusted), as the HC seed scored it."""
+    import subprocess
+    import sys
+
+    args = f"pretrained={folder},trust_remote_code=True,dtype=bfloat16"
+    command = [sys.executable, "-m", "lm_eval", "--model", "hf", "--model_args", args, "--tasks", spec.task]
+    command += ["--num_fewshot", str(spec.fewshot), "--batch_size", spec.batch_size, "--device", device]
+    command += ["--output_path", str(out)]
+    command += ["--include_path", spec.include_path] if spec.include_path else []
+    command += ["--limit", str(spec.limit)] if spec.limit else []
+    command += ["--gen_kwargs", spec.gen_kwargs] if spec.gen_kwargs else []
+    done = subprocess.run(command, capture_output=True, text=True, cwd=spec.include_path or out.parent)
+    if done.returncode != 0:
+        raise RuntimeError(f"lm-eval failed on {folder} ({' '.join(command)}):\n{done.stderr[-3000:]}")
+    scores = json.loads(next(Path(out).rglob("results_*.json")).read_text())["results"][spec.task]
+    metrics = {"gsm8k_exact_match": scores["exact_match,strict-match"]}
+    if "exact_match,flexible-extract" in scores:
+        metrics["gsm8k_flexible_exact_match"] = scores["exact_match,flexible-extract"]
+    return metrics
+
+
+def lm_run(methods: dict[str, Method], scales: dict[str, LMScale]):
+    def run(
+        method_name: str, seed: int, scale_name: str, workdir: Path, lr_scale: float = 1.0, keep_model: bool = False
+    ) -> RunResult:
+        scale = scales[scale_name]
         device = "cuda" if torch.cuda.is_available() else "cpu"
         checkpoint = stock_checkpoint(scale, workdir)
         train_batches, validation, test = lm_data(scale, checkpoint, seed)
@@ -213,14 +293,18 @@ def lm_run(methods: dict[str, Method]):
         groups = param_groups(model, rates, classify, weight_decay=0.0)
         with mixed_precision(device, scale.autocast):
             log = train(
-                model, groups, train_batches, schedule=method.schedule, device=device, accumulation=scale.accumulation
+                model,
+                groups,
+                train_batches,
+                schedule=method.schedule,
+                device=device,
+                accumulation=scale.accumulation,
+                warmup_steps=scale.warmup_steps,
             )
             metrics = {f"validation_{k}": v for k, v in lm_eval_loss(model, validation, device).items()} | log
             if seed != TUNING_SEED:  # the test is evaluated for the reported runs only
                 metrics |= lm_eval_loss(model, test, device)
-        if scale_name == "seed":
-            model.save_pretrained(workdir / "model")
-        tokens = sum(b["input_ids"].numel() for b in train_batches)
+        tokens = sum(int(b["attention_mask"].sum()) for b in train_batches)
         details.update(
             data_order=fingerprint(train_batches),
             validation=fingerprint(validation),
@@ -228,30 +312,49 @@ def lm_run(methods: dict[str, Method]):
             lrs=rates,
             lr_scale=lr_scale,
         )
-        return RunResult(metrics=metrics, trainable_params=trainable_count(model), train_tokens=tokens, details=details)
+        trainable = trainable_count(model)
+        score = scale.lm_eval is not None and seed != TUNING_SEED
+        if score or keep_model:  # saved only to be scored, or when asked (`--keep-models`)
+            folder = workdir / "model"
+            details["model_bytes"], model = save_model(model, checkpoint, folder)
+            if score:
+                metrics |= score_with_lm_eval(folder, scale.lm_eval, workdir / "lm-eval", device)
+            if not keep_model:
+                shutil.rmtree(folder)
+        return RunResult(metrics=metrics, trainable_params=trainable, train_tokens=tokens, details=details)
 
     return run
 
 
-def describe(scale: str) -> str:
+def describe(scales: dict[str, LMScale], scale: str) -> str:
     """What a scale trains and evaluates on, from its `LMScale` (so that the notes stay true to the sizes)."""
-    c = SCALES[scale]
+    c = scales[scale]
     steps = c.train_blocks // c.batch
     data = {
         "quick": "a 4-layer Llama (hidden 64) with random weights and a 384-token BPE",
         "cpu": "SmolLM2-135M (real weights, fp32)",
         "seed": "Qwen3-0.6B in bf16 autocast over float32 weights",
     }[scale]
-    if c.test == 0:
+    if not c.pack:
+        training = (
+            f"{c.train_problems:,} GSM8K training problems drawn by the seed, one per sequence of at most {c.block} "
+            f"tokens, {c.epochs} epochs, {c.warmup_steps} warm-up steps"
+        )
+    elif c.test == 0:
         training = f"one epoch of GSM8K train without its last {c.validation} problems, packed in blocks of {c.block}"
-        test = "the GSM8K test split"
     else:
         training = f"{c.train_blocks} blocks of {c.block} tokens ({steps} steps of {c.batch})"
-        test = f"every block of the last {c.test} GSM8K training problems"
-    return (
+    test = "the GSM8K test split" if c.test == 0 else f"every block of the last {c.test} GSM8K training problems"
+    text = (
         f"{data}; {training}, batch {c.batch // c.accumulation} x {c.accumulation} accumulated; learning rates chosen "
         f"on {c.validation_blocks} blocks of the {c.validation} problems before the test; test loss on {test}"
     )
+    if c.lm_eval:
+        text += (
+            f"; each reported model is saved in bf16 (LoRA merged, with its tokenizer) and scored with lm-eval "
+            f"{c.lm_eval.task} {c.lm_eval.fewshot}-shot (`gsm8k_exact_match`), then deleted unless `--keep-models`"
+        )
+    return text
 
 
 COST = {
@@ -284,6 +387,11 @@ def estimate_for(mechanism: str):
     return estimate
 
 
+LM_EVAL_SECONDS = 600.0
+"""lm-eval's gsm8k 5-shot (1,319 problems, greedy, up to 256 new tokens, batch size auto) on a 0.6B model: about
+10 minutes assumed on one H100-class GPU, where Hugging Face `generate` is bound by its steps more than its FLOPs."""
+
+
 def seed_estimate(mechanism: str, method: str, tuning: bool) -> Estimate:
     """One seed-scale run on one H100-class GPU, from Qwen3-0.6B's size (see `core.gpu_estimate`)."""
     from .core import gpu_estimate
@@ -294,6 +402,8 @@ def seed_estimate(mechanism: str, method: str, tuning: bool) -> Estimate:
         trainable=trainable,
         train_tokens=1.4e6,
         eval_tokens=0.1e6 if tuning else 0.35e6,
+        extra_seconds=0.0 if tuning else LM_EVAL_SECONDS,
+        saved_params=0.0 if tuning else 0.6e9,
         passes=2 if mechanism == "latent" and method in ("seed", "retrofit") else 1,
         streams=4 if mechanism == "hyper-connections" and method in ("seed", "retrofit") else 1,
         layers=28,
@@ -313,7 +423,7 @@ already takes about 3 hours (`--methods retrofit` runs it)."""
 NOTES = (
     "GSM8K exact match is not measured at the cpu scale: SmolLM2-135M solves close to none of the problems, so it "
     "cannot separate methods, and greedy decoding of 200-token answers would cost more than the training. At the "
-    "seed scale each trained model is saved under `--work` for lm-eval's `gsm8k` (5-shot), as the HC seed scored it. "
+    "seed scale lm-eval's `gsm8k` (5-shot) scores each reported model, as the HC seed scored it (`gsm8k_exact_match`). "
     "The cpu scale runs `seed`, `lora`, `last-layers` and `full`; `retrofit` would add about 40 minutes with its "
     "sweep (`--methods retrofit` runs it)."
 )
@@ -332,11 +442,12 @@ RECIPES = [
         summary="Static hyper-connections (K=4) on a causal LM, GSM8K question/answer text (seed 002: Qwen3-0.6B, "
         "base frozen, lr 2e-5 cosine)",
         methods=tuple(HC_METHODS),
-        run=lm_run(HC_METHODS),
+        run=lm_run(HC_METHODS, SCALES),
+        saves_models=True,
         abouts={name: m.about for name, m in HC_METHODS.items()},
         comparisons=COMPARISONS,
         lr_grid=LR_GRID,
-        scale_notes={scale: describe(scale) for scale in SCALES},
+        scale_notes={scale: describe(SCALES, scale) for scale in SCALES},
         scale_methods={"cpu": CPU_METHODS},
         notes=NOTES,
         version=VERSION,
@@ -349,11 +460,12 @@ RECIPES = [
         summary="Latent back-projection (same-position latents, two passes) on a causal LM, GSM8K question/answer "
         "text (seed 003: Qwen3-0.6B, base frozen, lr 1e-4)",
         methods=tuple(LATENT_METHODS),
-        run=lm_run(LATENT_METHODS),
+        run=lm_run(LATENT_METHODS, LATENT_SCALES),
+        saves_models=True,
         abouts={name: m.about for name, m in LATENT_METHODS.items()},
         comparisons=COMPARISONS,
         lr_grid=LR_GRID,
-        scale_notes={scale: describe(scale) for scale in SCALES},
+        scale_notes={scale: describe(LATENT_SCALES, scale) for scale in LATENT_SCALES},
         scale_methods={"cpu": CPU_METHODS},
         notes=NOTES,
         shares={"full": "hc-gsm8k"},

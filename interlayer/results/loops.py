@@ -71,22 +71,33 @@ def train(
     clip: float = 1.0,
     device="cpu",
     accumulation: int = 1,
+    warmup_steps: int | None = None,
+    label_smoothing: float = 0.0,
 ) -> dict:
     """AdamW over `batches` once, in order (a step per batch, computed in `accumulation` equal chunks), with
-    warm-up then `schedule` decay and gradient clipping. Returns the mean training loss of the last quarter of the
-    steps and the steps taken."""
+    warm-up (`warmup_steps`, or the share `warmup` of the steps) then `schedule` decay and gradient clipping; with
+    `label_smoothing`, a classifier's loss is the cross-entropy of its logits with that smoothing (the model's own
+    loss otherwise). Returns the mean training loss of the last quarter of the steps and the steps taken."""
     if schedule not in ("linear", "cosine"):
         raise ValueError(f"`schedule` must be 'linear' or 'cosine', got {schedule!r}.")
     optimizer = torch.optim.AdamW(groups)
     make = get_cosine_schedule_with_warmup if schedule == "cosine" else get_linear_schedule_with_warmup
-    scheduler = make(optimizer, num_warmup_steps=math.ceil(warmup * len(batches)), num_training_steps=len(batches))
+    warm = warmup_steps if warmup_steps is not None else math.ceil(warmup * len(batches))
+    scheduler = make(optimizer, num_warmup_steps=warm, num_training_steps=len(batches))
     params = [p for group in groups for p in group["params"]]
     model.train()
     losses = []
     for batch in batches:
         loss = 0.0
         for chunk in zip(*(v.to(device).chunk(accumulation) for v in batch.values())):
-            part = model(**dict(zip(batch, chunk))).loss / accumulation
+            inputs = dict(zip(batch, chunk))
+            outputs = model(**inputs)
+            if label_smoothing:
+                logits = outputs.logits.float()
+                part = torch.nn.functional.cross_entropy(logits, inputs["labels"], label_smoothing=label_smoothing)
+            else:
+                part = outputs.loss
+            part = part / accumulation
             part.backward()
             loss += part.detach()
         torch.nn.utils.clip_grad_norm_(params, clip)

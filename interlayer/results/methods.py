@@ -35,6 +35,7 @@ class Method:
     lrs: dict
     schedule: str = "linear"
     about: str = ""
+    label_smoothing: float = 0.0
     convert_kwargs: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -88,3 +89,19 @@ def build(method: Method, checkpoint: str, budget_method: Method, seed: int, aut
         if name in head:
             p.requires_grad_(True)
     return model, classify, details
+
+
+def save_model(model, checkpoint: str, folder) -> tuple[int, object]:
+    """Save a trained model as anyone (lm-eval too) loads it: LoRA merged into the weights, in bf16, with the
+    checkpoint's tokenizer beside it. Returns the bytes of its weight files, and the model saved (the merged one for
+    LoRA; in bf16)."""
+    from pathlib import Path
+
+    from transformers import AutoTokenizer
+
+    if hasattr(model, "merge_and_unload"):
+        model = model.merge_and_unload()
+    model = model.to(torch.bfloat16)
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(checkpoint).save_pretrained(folder)
+    return sum(f.stat().st_size for f in Path(folder).glob("*.safetensors")), model

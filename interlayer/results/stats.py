@@ -99,7 +99,15 @@ class Scale:
 
 IDENTITY, LOG, LOGIT = Scale("identity"), Scale("log"), Scale("logit")
 LOG_METRICS = ("perplexity", "forward_time_ratio")
-SHARE_METRICS = ("accuracy", "token_accuracy", "exact_match_trained", "exact_match_zero_shot", "heads_pruned")
+SHARE_METRICS = (
+    "accuracy",
+    "token_accuracy",
+    "exact_match_trained",
+    "exact_match_zero_shot",
+    "heads_pruned",
+    "gsm8k_exact_match",
+    "gsm8k_flexible_exact_match",
+)
 
 
 def scale_of(metric: str) -> Scale:

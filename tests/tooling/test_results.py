@@ -274,6 +274,7 @@ def test_the_plan_counts_the_runs_and_estimates_their_cost(capsys):
     assert main(["results", "--plan", "--scale", "seed"]) == 0
     seed = capsys.readouterr().out
     assert seed.count("on one GPU, peak GPU memory") == len(recipes())
+    assert seed.count("disk 1.2 GB per run (its model, saved while lm-eval scores it)") == 2  # hc and latent
 
 
 def test_the_cpu_scale_refuses_a_checkout_with_uncommitted_changes(capsys, monkeypatch, tmp_path):

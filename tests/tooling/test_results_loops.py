@@ -65,3 +65,26 @@ def test_the_evaluation_holds_a_bounded_share_of_a_large_vocabularys_logits():
     peak = proc_status_bytes("VmHWM") - before
     assert peak < logits_bytes / 4, f"peak {peak / 2**20:.0f} MB against logits of {logits_bytes / 2**20:.0f} MB"
     assert measured["eval_loss"] == pytest.approx(reference_loss(model, batches), rel=1e-6)
+
+
+def test_label_smoothing_trains_on_the_smoothed_cross_entropy():
+    """The bridges' seed method trains with the seed's label smoothing (0.05): the loss of a step is the smoothed
+    cross-entropy of the classifier's logits, computed here independently from its definition."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from interlayer.results.classification import METHODS
+
+    assert METHODS["seed"].label_smoothing == 0.05 and METHODS["full"].label_smoothing == 0.0
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                        num_attention_heads=2, num_labels=3, hidden_dropout_prob=0.0,
+                        attention_probs_dropout_prob=0.0)  # fmt: skip
+    model = BertForSequenceClassification(config)
+    ids = torch.randint(0, 50, (6, 8), generator=torch.Generator().manual_seed(2))
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": torch.tensor([0, 1, 2, 0, 1, 2])}
+    with torch.no_grad():
+        log_p = torch.log_softmax(model(input_ids=ids, attention_mask=batch["attention_mask"]).logits.double(), -1)
+    picked = log_p.gather(1, batch["labels"][:, None]).squeeze(1)
+    smoothed = (-(1 - 0.05) * picked - 0.05 * log_p.mean(-1)).mean().item()
+    groups = param_groups(model, {"all": 1e-3}, lambda name: "all", weight_decay=0.0)
+    assert train(model, groups, [batch], label_smoothing=0.05)["train_loss"] == pytest.approx(smoothed, rel=1e-5)
