@@ -135,6 +135,9 @@ class Recipe:
     """Raised whenever what the recipe runs changes, so that the report can tell rows recorded before."""
     changes: str = ""
     """What the current version changed, in a sentence (printed beside rows of earlier versions)."""
+    superseded: str = ""
+    """What is known against the rows of earlier versions (an outside rerun that reverses a verdict), in a sentence
+    printed beside those rows only, so that it leaves the report with them."""
     abouts: dict[str, str] = field(default_factory=dict)
     """One line per method: what trains, at what learning rate (printed in the report's tables)."""
     notes: str = ""

@@ -204,7 +204,7 @@ def version_banner(recipe, methods: dict) -> list[str]:
     return [
         f"**These rows were recorded with version {versions} of this recipe; the code above is version "
         f"{recipe.version}.** What changed: {recipe.changes.rstrip('.')}. They are shown as recorded, and compared "
-        "as recorded: rerun the recipe to replace them.",
+        "as recorded: rerun the recipe to replace them." + (f" {recipe.superseded}" if recipe.superseded else ""),
         "",
     ]
 
@@ -281,6 +281,9 @@ class Comparison:
     baseline: str
     result: Paired
     family: str
+    tuned: bool = True
+    """False where the two ran at fixed learning rates that were not tuned alike: a separated pair is then only
+    'lower' or 'higher' at those rates, never 'better' or 'worse'."""
     adjusted: float = math.nan
 
     def verdict(self, higher_is_better: bool) -> str:
@@ -288,6 +291,8 @@ class Comparison:
             return "not separated (fewer than two common seeds)"
         if self.adjusted >= ALPHA:
             return "not separated"
+        if not self.tuned:
+            return f"{'higher' if self.result.difference > 0 else 'lower'} at these fixed rates"
         ahead = (self.result.difference > 0) == higher_is_better
         return "better" if ahead else "worse"
 
@@ -304,7 +309,10 @@ def comparisons(known: dict, grouped: dict) -> list[Comparison]:
             if method in methods and baseline in methods and recipe.primary in methods[method].metrics:
                 scale = scale_of(recipe.primary)
                 a, b = methods[method].metrics[recipe.primary], methods[baseline].metrics.get(recipe.primary, {})
-                out.append(Comparison(name, method, baseline, paired(a, b, scale), family))
+                tuned = is_sweep(recipe.methods) or all(
+                    s for m in (method, baseline) for s in methods[m].lr_scales
+                )  # a pruning sweep trains nothing to tune
+                out.append(Comparison(name, method, baseline, paired(a, b, scale), family, tuned))
     for family in {c.family for c in out}:
         members = [c for c in out if c.family == family]
         for c, adjusted in zip(members, holm([c.result.p for c in members])):
@@ -342,6 +350,8 @@ def verdict_line(recipe, methods: dict, found: list[Comparison]) -> str:
     if any(v < recipe.version for entry in methods.values() for v in entry.versions):
         changed = recipe.changes.rstrip(".")
         head += f" [rows recorded before version {recipe.version} of the recipe, which changed: {changed}]"
+        if recipe.superseded:
+            head += f" [{recipe.superseded.rstrip('.')}]"
     if not is_sweep(recipe.methods) and all(not s for entry in methods.values() for s in entry.lr_scales):
         head += " [at fixed learning rates, not tuned alike]"
     if not found:
@@ -408,8 +418,10 @@ def write_report(out: Path, path: Path) -> str:
         "strategy against random pruning. Each comparison is paired by seed (every method of a seed sees the same "
         "data): the mean difference on the metric's scale, its 95% t interval and the paired t test's p-value, "
         "Holm-adjusted over its family (every training recipe's comparisons together; each pruning sweep's own). A "
-        f"verdict says 'better' or 'worse' only where the adjusted p is below {ALPHA}; whether two methods' own "
-        "intervals overlap decides nothing. `wall s` is each run's time including its conversion and evaluation; "
+        f"verdict says 'better' or 'worse' only where the adjusted p is below {ALPHA} and both methods' learning "
+        "rates came from the same sweep; rows recorded at fixed rates that were not tuned alike say only 'lower' or "
+        "'higher at these fixed rates'. Whether two methods' own intervals overlap decides nothing. `wall s` is "
+        "each run's time including its conversion and evaluation; "
         "`peak MB` is how far the process's resident memory rose above what it held when the run started: the runs "
         "of one command share a process, so memory an earlier run freed and the allocator kept hides part of a "
         "later run's peak (compare memory with `interlayer bench` and docs/costs.md instead).",

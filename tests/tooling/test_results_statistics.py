@@ -80,8 +80,9 @@ def test_intervals_stay_in_the_metrics_range():
     assert interval([0.0, 0.0, 0.0], LOGIT) == Interval(0.0, 0.0, 0.0, 3, LOGIT)  # no seed varies: no interval
 
 
-def write_rows(folder, recipe, mechanism, values):
-    """A results CSV of `recipe` with `values` = {method: [primary metric by seed]}."""
+def write_rows(folder, recipe, mechanism, values, lr_scale=1.0, version=2):
+    """A results CSV of `recipe` (its `version`) with `values` = {method: [primary metric by seed]}, each method's
+    rate chosen from the sweep (`lr_scale`) or fixed (`lr_scale=""`)."""
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / f"{recipe}.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
@@ -101,7 +102,8 @@ def write_rows(folder, recipe, mechanism, values):
                         train_tokens=1,
                         wall_s=1,
                         peak_rss_mb=1,
-                        recipe_version=1,
+                        recipe_version=version,
+                        lr_scale=lr_scale,
                         command="made up",
                         revision="abc",
                         machine="none",
@@ -152,3 +154,24 @@ def test_verdicts_come_from_the_paired_adjusted_tests_not_from_overlapping_inter
         assert verdict == ("not separated" if holm_p >= 0.05 else "better" if lower else "worse"), (a, b)
     assert found[("lin", "none")][2] == "better"
     assert found[("perceiver", "none-wide")][2] == "not separated"
+    # methods at fixed rates, not tuned alike: a separated pair is only lower or higher at those rates
+    write_rows(tmp_path / "fixed", "attention-bridge-numbers", "attention-bridge", values, lr_scale="")
+    fixed = comparison_rows(write_report(tmp_path / "fixed", tmp_path / "fixed.md"), "attention-bridge-numbers")
+    assert fixed[("lin", "none")][2] == "lower at these fixed rates"
+    assert "better" not in {verdict for _, _, verdict in fixed.values()}
+
+
+def test_what_is_known_against_old_rows_is_printed_beside_them_only(tmp_path):
+    """hc-gsm8k's version-1 rows (fixed rates) are reversed by an outside rerun that tuned LoRA: the report says so
+    beside them, in the summary and the recipe's section, and no longer once the rows are of the current version."""
+    from interlayer.results import recipes
+
+    known = recipes()["hc-gsm8k"].superseded
+    assert "2.284" in known and "2.439" in known
+    values = {"seed": [2.43, 2.44, 2.45], "lora": [2.44, 2.45, 2.46]}
+    write_rows(tmp_path / "old", "hc-gsm8k", "hyper-connections", values, lr_scale="", version=1)
+    old = write_report(tmp_path / "old", tmp_path / "old.md")
+    assert old.count(known.rstrip(".")) == 3  # the summary, the version banner and the section's verdict line
+    assert "`seed` lower at these fixed rates" in old and "`seed` better" not in old
+    write_rows(tmp_path / "new", "hc-gsm8k", "hyper-connections", values)
+    assert known.rstrip(".") not in write_report(tmp_path / "new", tmp_path / "new.md")
