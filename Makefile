@@ -10,7 +10,7 @@ TORCH_INDEX ?=
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.interlayer-installed
 
-.PHONY: install demo test bench
+.PHONY: install demo test lint bench
 
 # constraints.txt pins the transformers version the suite was run with (the package itself takes a range), so that
 # `make test` and CI install one tested version.
@@ -36,6 +36,11 @@ demo: $(STAMP)
 TEST_WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope
+
+# ruff (the version constraints.txt pins): lint rules, then formatting, over the whole tree (pyproject.toml's settings)
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[bench]"

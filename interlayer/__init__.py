@@ -3,7 +3,7 @@
 Importing the package registers every config and model of the zoo (`interlayer.zoo.ZOO`) with the Auto classes, so
 `AutoConfig` and `AutoModel...` resolve them in-process without `trust_remote_code`, and exports every zoo class by
 its name (`from interlayer import Qwen3MHCForCausalLM`), and under the older names kept for it. The classes of the
-decoder mechanisms on each family are imported in the generated block (`python -m interlayer.models.generate_classes`).
+decoder mechanisms on each family are imported in the generated block (`python -m interlayer.generate_classes`).
 """
 
 from transformers import AutoConfig
@@ -29,13 +29,8 @@ from .models.configuration_bridge import (
     XLMRobertaBridgeConfig,
     bridge_preset,
 )
-from .models.configuration_sentinel import (
-    BertSentinelConfig,
-    GatedGPT2Config,
-    GPT2SentinelConfig,
-    LegacyGatedGPT2Config,
-    RobertaSentinelConfig,
-)
+from .models.configuration_sentinel import GatedGPT2Config, GPT2SentinelConfig, LegacyGatedGPT2Config
+from .models.configuration_sentinel_encoders import BertSentinelConfig, RobertaSentinelConfig
 from .models.modeling_attention_bridge import (
     BartAttentionBridgeForConditionalGeneration,
     BartAttentionBridgeModel,
@@ -72,20 +67,28 @@ from .models.modeling_bridge import (
     XLMRobertaBridgeForTokenClassification,
     XLMRobertaBridgeModel,
 )
-from .models.modeling_sentinel import (
+from .models.modeling_sentinel import GatedGPT2LMHeadModel, GatedGPT2Model, GPT2SentinelLMHeadModel, GPT2SentinelModel
+from .models.modeling_sentinel_encoders import (
     BertSentinelForSequenceClassification,
     BertSentinelModel,
-    GatedGPT2LMHeadModel,
-    GatedGPT2Model,
-    GPT2SentinelLMHeadModel,
-    GPT2SentinelModel,
     RobertaSentinelForSequenceClassification,
     RobertaSentinelModel,
 )
 from .zoo import ZOO, convert
 
 # isort: split
-# --- begin generated imports (python -m interlayer.models.generate_classes --fix): do not edit ---
+# --- begin generated imports (python -m interlayer.generate_classes --fix): do not edit ---
+from .models.configuration_depth_routing import (
+    Gemma2DepthRoutingConfig,
+    Gemma3TextDepthRoutingConfig,
+    GPT2DepthRoutingConfig,
+    LlamaDepthRoutingConfig,
+    MistralDepthRoutingConfig,
+    Olmo2DepthRoutingConfig,
+    Phi3DepthRoutingConfig,
+    Qwen2DepthRoutingConfig,
+    Qwen3DepthRoutingConfig,
+)
 from .models.configuration_hyper_connections import (
     Gemma2MHCConfig,
     Gemma3TextMHCConfig,
@@ -109,6 +112,26 @@ from .models.configuration_latent import (
     Qwen3LatentConfig,
 )
 from .models.configuration_sentinel import LlamaSentinelConfig, Qwen2SentinelConfig, Qwen3SentinelConfig
+from .models.modeling_depth_routing import (
+    Gemma2DepthRoutingForCausalLM,
+    Gemma2DepthRoutingModel,
+    Gemma3TextDepthRoutingForCausalLM,
+    Gemma3TextDepthRoutingModel,
+    GPT2DepthRoutingForCausalLM,
+    GPT2DepthRoutingModel,
+    LlamaDepthRoutingForCausalLM,
+    LlamaDepthRoutingModel,
+    MistralDepthRoutingForCausalLM,
+    MistralDepthRoutingModel,
+    Olmo2DepthRoutingForCausalLM,
+    Olmo2DepthRoutingModel,
+    Phi3DepthRoutingForCausalLM,
+    Phi3DepthRoutingModel,
+    Qwen2DepthRoutingForCausalLM,
+    Qwen2DepthRoutingModel,
+    Qwen3DepthRoutingForCausalLM,
+    Qwen3DepthRoutingModel,
+)
 from .models.modeling_hyper_connections import (
     Gemma2MHCForCausalLM,
     Gemma2MHCModel,
@@ -234,26 +257,38 @@ __all__ = [
     "convert",
 ]
 
-# --- begin generated exports (python -m interlayer.models.generate_classes --fix): do not edit ---
+# --- begin generated exports (python -m interlayer.generate_classes --fix): do not edit ---
 __all__ += [
+    "GPT2DepthRoutingConfig",
+    "GPT2DepthRoutingForCausalLM",
+    "GPT2DepthRoutingModel",
     "GPT2LatentConfig",
     "GPT2LatentForCausalLM",
     "GPT2LatentModel",
     "GPT2MHCConfig",
     "GPT2MHCForCausalLM",
     "GPT2MHCModel",
+    "Gemma2DepthRoutingConfig",
+    "Gemma2DepthRoutingForCausalLM",
+    "Gemma2DepthRoutingModel",
     "Gemma2LatentConfig",
     "Gemma2LatentForCausalLM",
     "Gemma2LatentModel",
     "Gemma2MHCConfig",
     "Gemma2MHCForCausalLM",
     "Gemma2MHCModel",
+    "Gemma3TextDepthRoutingConfig",
+    "Gemma3TextDepthRoutingForCausalLM",
+    "Gemma3TextDepthRoutingModel",
     "Gemma3TextLatentConfig",
     "Gemma3TextLatentForCausalLM",
     "Gemma3TextLatentModel",
     "Gemma3TextMHCConfig",
     "Gemma3TextMHCForCausalLM",
     "Gemma3TextMHCModel",
+    "LlamaDepthRoutingConfig",
+    "LlamaDepthRoutingForCausalLM",
+    "LlamaDepthRoutingModel",
     "LlamaLatentConfig",
     "LlamaLatentForCausalLM",
     "LlamaLatentModel",
@@ -263,24 +298,36 @@ __all__ += [
     "LlamaSentinelConfig",
     "LlamaSentinelForCausalLM",
     "LlamaSentinelModel",
+    "MistralDepthRoutingConfig",
+    "MistralDepthRoutingForCausalLM",
+    "MistralDepthRoutingModel",
     "MistralLatentConfig",
     "MistralLatentForCausalLM",
     "MistralLatentModel",
     "MistralMHCConfig",
     "MistralMHCForCausalLM",
     "MistralMHCModel",
+    "Olmo2DepthRoutingConfig",
+    "Olmo2DepthRoutingForCausalLM",
+    "Olmo2DepthRoutingModel",
     "Olmo2LatentConfig",
     "Olmo2LatentForCausalLM",
     "Olmo2LatentModel",
     "Olmo2MHCConfig",
     "Olmo2MHCForCausalLM",
     "Olmo2MHCModel",
+    "Phi3DepthRoutingConfig",
+    "Phi3DepthRoutingForCausalLM",
+    "Phi3DepthRoutingModel",
     "Phi3LatentConfig",
     "Phi3LatentForCausalLM",
     "Phi3LatentModel",
     "Phi3MHCConfig",
     "Phi3MHCForCausalLM",
     "Phi3MHCModel",
+    "Qwen2DepthRoutingConfig",
+    "Qwen2DepthRoutingForCausalLM",
+    "Qwen2DepthRoutingModel",
     "Qwen2LatentConfig",
     "Qwen2LatentForCausalLM",
     "Qwen2LatentModel",
@@ -290,6 +337,9 @@ __all__ += [
     "Qwen2SentinelConfig",
     "Qwen2SentinelForCausalLM",
     "Qwen2SentinelModel",
+    "Qwen3DepthRoutingConfig",
+    "Qwen3DepthRoutingForCausalLM",
+    "Qwen3DepthRoutingModel",
     "Qwen3LatentConfig",
     "Qwen3LatentForCausalLM",
     "Qwen3LatentModel",

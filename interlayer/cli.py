@@ -128,6 +128,11 @@ def cmd_list(args) -> int:
     if args.options:
         print(options_markdown(args.options), end="")
         return 0
+    if args.conformance:
+        from .testing import conformance_table  # the suite imports pytest (the `test` extra)
+
+        print(conformance_table(), end="")
+        return 0
     if args.markdown:
         print(matrix_markdown(), end="")
         return 0
@@ -358,6 +363,11 @@ def build_parser() -> argparse.ArgumentParser:
     lister.add_argument("--markdown", action="store_true", help="print the matrix as the markdown table of the docs")
     lister.add_argument(
         "--options", choices=MECHANISMS, help="print a mechanism's options (type, default, meaning) as a markdown table"
+    )
+    lister.add_argument(
+        "--conformance",
+        action="store_true",
+        help="print the conformance suite's tests as the docs' markdown table",
     )
     lister.set_defaults(func=cmd_list)
 

@@ -1,30 +1,30 @@
 """The zoo's mechanisms, one record each, registered once (as PEFT registers a method with `register_peft_method`):
-its name, its modeling file (whose classes registered for an Auto class are its model and config classes), the
-prefix every parameter it adds is named under, the prefix of its statistics, its pictures, its `interlayer bench`
-cases and its training tools. The registry (`interlayer.zoo`), the CLI, `interlayer inspect`, the callbacks and
-`interlayer bench` read these records rather than naming mechanisms.
+everything about a mechanism that is not its equations. Its name; its configuration and modeling files (whose classes
+registered for an Auto class are its model and config classes); the spec of its generated classes
+(`DecoderClasses`, `Seq2SeqClasses`: `python -m interlayer.generate_classes --fix` writes them); the prefix every
+parameter it adds is named under; the prefix of its statistics; its docs page; its pictures; its `interlayer bench`
+cases; its training tools; the tiny models on which it acts (`Example`: the conformance suite, the multi-process
+tests and every other test that enumerates mechanisms build them) and the config errors it documents.
 
-A new mechanism is one more `register_mechanism(...)` call at the bottom of this file; a name, parameter prefix,
-statistics prefix or bench case name another mechanism has is refused.
+The registry (`interlayer.zoo`), the class generator, the CLI, `interlayer inspect`, the callbacks, `interlayer bench`
+and the tests read these records rather than naming mechanisms: a new mechanism is one more `register_mechanism(...)`
+call at the bottom of this file (a name, parameter prefix, statistics prefix, docs page, example label or bench case
+another mechanism has is refused, and so is a record without examples or bench cases), and `check_record` (which the
+tests run on every record) checks what needs its classes.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.util
 from collections.abc import Callable
-from types import ModuleType
 
 from transformers import PreTrainedModel
 
 from . import pictures as draw
-from .models import (
-    modeling_attention_bridge,
-    modeling_bridge,
-    modeling_hyper_connections,
-    modeling_latent,
-    modeling_sentinel,
-)
+from .models.decoder_families import LLAMA, QWEN2, QWEN3
+from .models.families import DecoderFamily
 from .models.zoo_common import has_parameter_prefix
 
 
@@ -63,35 +63,152 @@ class BenchCase:
 
 
 @dataclasses.dataclass(frozen=True)
+class DecoderClasses:
+    """The spec of a decoder mechanism's generated classes: on every family it converts, a config, a decoder layer,
+    a base model and a causal LM (and, with `attention_mixin`, an attention class), each the mixin of this spec put
+    before the family's stock class. The names are strings: the generator writes them into the mechanism's files.
+
+    Attributes:
+        infix: its part of the class names (`"MHC"`: `Qwen3MHCModel`); `model_type_suffix` that of the model types.
+        config_bases: the config's bases before the stock config; `fields` its options dataclass (the last base).
+        options: how the config docstring names the options; `config_note` a sentence the docstring ends with.
+        model_mixin, lm_mixin: put before the family's stock base model and causal LM.
+        layer_mixin: put before the family's stock decoder layer; `DecoderLayerRolesMixin` (the stock block, written
+            once) for a mechanism that changes no layer.
+        records_attentions: the model records the stock attention weights (`output_attentions`).
+        no_split_parts: module classes besides the layer that are FSDP units (`_no_split_modules`).
+        attention_mixin: put before the family's stock attention class, the layer's `attention_class`.
+        families: the families it converts; None for every `DecoderFamily` of `families.py`.
+        family_attribute: the config attribute holding the family's `model_type`, if any.
+    """
+
+    infix: str
+    model_type_suffix: str
+    fields: str
+    model_mixin: str
+    lm_mixin: str
+    layer_mixin: str = "DecoderLayerRolesMixin"
+    config_bases: tuple[str, ...] = ("ZooConfigMixin",)
+    options: str = ""
+    records_attentions: bool = True
+    no_split_parts: tuple[str, ...] = ()
+    attention_mixin: str | None = None
+    families: tuple[DecoderFamily, ...] | None = None
+    family_attribute: str | None = None
+    config_note: str = ""
+    kind = "decoder"
+
+    def __post_init__(self):
+        if not self.options:
+            object.__setattr__(self, "options", f"the options of [`{self.fields}`]")
+
+
+@dataclasses.dataclass(frozen=True)
+class Seq2SeqClasses:
+    """The spec of a seq2seq mechanism's generated classes: on every `Seq2SeqFamily`, its encoder, decoder, the class
+    that owns them and the LM, each a mixin put before the family's stock class; the config classes are hand-written
+    (`{Family}{infix}Config`). `description` and `generate_note` make the LM's docstring."""
+
+    infix: str
+    encoder_mixin: str
+    decoder_mixin: str
+    model_mixin: str
+    lm_mixin: str
+    description: str
+    generate_note: str
+    kind = "seq2seq"
+
+
+@dataclasses.dataclass(frozen=True)
+class Example:
+    """A tiny model on which the mechanism acts: the tiny stock checkpoint of `family` (`tests/stock_checkpoints.py`;
+    `stock` names another of that family's builders, `build_stock_<stock>`) converted with `options` into the
+    mechanism's class for `task` (None: the family's first task of the mechanism). The conformance suite runs on each
+    as `Test<label>Conformance`; `distributed` ones are also trained in several processes (DDP, FSDP, DeepSpeed).
+
+    Attributes:
+        identity_options: options under which `identity_init=True` gives the stock function, when not the defaults.
+        more_identity_options: further option sets that also claim it (an optional part that starts as a no-op).
+    """
+
+    label: str
+    family: str
+    options: dict
+    task: str | None = None
+    stock: str | None = None
+    identity_options: dict = dataclasses.field(default_factory=dict)
+    more_identity_options: tuple[dict, ...] = ()
+    distributed: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigError:
+    """A config error the mechanism documents: its config built with `options` (over a tiny stock config of a family
+    in `families`, None for all) raises a ValueError whose message matches `pattern` (it names the field, the value
+    and what is allowed)."""
+
+    options: dict
+    pattern: str
+    families: tuple[str, ...] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class Mechanism:
-    """The record of one mechanism (see the module). `training_tools` are the dotted names of what trains it beyond
-    the stock `Trainer` and `MechanismStatsCallback` (`tool()` imports one)."""
+    """The record of one mechanism (see the module). `configuration` and `modeling` are its files' module names in
+    `interlayer/models` (or the import paths of modules elsewhere, for a mechanism that is not shipped: a test's);
+    `docs_page` its page in `docs/`; `classes` the spec of its generated classes (None where they are hand-written);
+    `training_tools` the dotted names of what trains it beyond the stock `Trainer` and `MechanismStatsCallback`
+    (`tool()` imports one); `tiny_options` options every tiny model of it takes (sizes that fit the tiny checkpoints);
+    `stationary` name endings of parameters whose gradient is zero by construction (a bias added to every logit of a
+    softmax), which training moves only by float rounding."""
 
     name: str
-    modeling_module: ModuleType
+    configuration: str
+    modeling: str
     parameter_prefix: str
     statistics_prefix: str
+    docs_page: str
+    examples: tuple[Example, ...]
+    config_errors: tuple[ConfigError, ...]
+    classes: DecoderClasses | Seq2SeqClasses | None = None
+    # files with more of its classes (written by hand), beside `modeling`: a checkpoint of one kind of family ships the
+    # file of its kind alone (the sentinel's decoders and encoders)
+    more_modeling: tuple[str, ...] = ()
     pictures: tuple[Picture, ...] = ()
     bench_cases: dict[str, BenchCase] = dataclasses.field(default_factory=dict)
     training_tools: tuple[str, ...] = ()
+    tiny_options: dict = dataclasses.field(default_factory=dict)
+    stationary: tuple[str, ...] = ()
     # options `interlayer inspect` loads a saved model with: where the statistics its pictures read are recorded by
     # one implementation only (the eager hyper-connections record none), the one that records them
     inspect_options: dict = dataclasses.field(default_factory=dict)
 
     @property
+    def modeling_modules(self) -> list:
+        """The modules of its modeling files (`modeling`, then `more_modeling`): each names a file of
+        `interlayer/models`, else a module by its import path (a mechanism that is not shipped with the package: a
+        test's)."""
+        modules = []
+        for name in (self.modeling, *self.more_modeling):
+            shipped = f"{__package__}.models.{name}"
+            modules.append(importlib.import_module(shipped if importlib.util.find_spec(shipped) else name))
+        return modules
+
+    @property
     def model_classes(self) -> tuple[type, ...]:
-        """Every model class the modeling file defines and registers for an Auto class, once (an older name kept for
-        a class is the same class)."""
+        """Every model class its modeling files define and register for an Auto class, once (an older name kept for a
+        class is the same class)."""
         found = []
-        for value in vars(self.modeling_module).values():
-            if (
-                isinstance(value, type)
-                and issubclass(value, PreTrainedModel)
-                and value.__module__ == self.modeling_module.__name__
-                and value.__dict__.get("_auto_class") is not None
-                and value not in found
-            ):
-                found.append(value)
+        for module in self.modeling_modules:
+            for value in vars(module).values():
+                if (
+                    isinstance(value, type)
+                    and issubclass(value, PreTrainedModel)
+                    and value.__module__ == module.__name__
+                    and value.__dict__.get("_auto_class") is not None
+                    and value not in found
+                ):
+                    found.append(value)
         return tuple(found)
 
     @property
@@ -111,65 +228,63 @@ class Mechanism:
 MECHANISMS: dict[str, Mechanism] = {}
 
 
-def register_mechanism(
-    *,
-    name: str,
-    modeling_module: ModuleType,
-    parameter_prefix: str,
-    statistics_prefix: str,
-    pictures: tuple[Picture, ...] = (),
-    bench_cases: dict[str, BenchCase] | None = None,
-    training_tools: tuple[str, ...] = (),
-    inspect_options: dict | None = None,
-) -> Mechanism:
-    """Add a mechanism's record to `MECHANISMS`. Refuses (ValueError naming the field, the value and its owner) a
-    name, parameter prefix, statistics prefix or bench case another mechanism has, a parameter prefix that starts
-    another's or starts with it (a parameter would be both's), and a model class whose `mechanism_param_prefix` is
-    not the record's."""
-    taken = {
-        "name": {m.name: m.name for m in MECHANISMS.values()},
-        "parameter_prefix": {m.parameter_prefix: m.name for m in MECHANISMS.values()},
-        "statistics_prefix": {m.statistics_prefix: m.name for m in MECHANISMS.values()},
-    }
-    given = {"name": name, "parameter_prefix": parameter_prefix, "statistics_prefix": statistics_prefix}
-    for field, value in given.items():
-        if not value:
-            raise ValueError(f"register_mechanism: `{field}` must not be empty.")
-        if value in taken[field]:
-            owner = taken[field][value]
-            raise ValueError(f"register_mechanism: `{field}` {value!r} is taken by mechanism {owner!r}; choose another")
-    for other, owner in taken["parameter_prefix"].items():
-        if other.startswith(parameter_prefix) or parameter_prefix.startswith(other):
-            raise ValueError(
-                f"register_mechanism: `parameter_prefix` {parameter_prefix!r} and {other!r} (mechanism {owner!r}) "
-                "start alike: a parameter named under one would be taken for the other's; choose another."
-            )
-    cases = {case: owner for m in MECHANISMS.values() for case in m.bench_cases for owner in [m.name]}
-    for case in bench_cases or {}:
-        if case in cases:
-            raise ValueError(
-                f"register_mechanism: bench case {case!r} is taken by mechanism {cases[case]!r}; rename it."
-            )
+def register_mechanism(*, name: str, bench_cases: dict[str, BenchCase] | None = None, **fields) -> Mechanism:
+    """Add a mechanism's record (the fields of `Mechanism`) to `MECHANISMS`. Refuses (ValueError naming the field, the
+    value and its owner) a name, parameter prefix, statistics prefix, docs page, example label or bench case another
+    mechanism has, and a parameter prefix that starts another's or starts with it (a parameter would be both's)."""
     record = Mechanism(
-        name,
-        modeling_module,
-        parameter_prefix,
-        statistics_prefix,
-        tuple(pictures),
-        {case: dataclasses.replace(c, mechanism=name) for case, c in (bench_cases or {}).items()},
-        tuple(training_tools),
-        dict(inspect_options or {}),
+        name=name,
+        bench_cases={case: dataclasses.replace(c, mechanism=name) for case, c in (bench_cases or {}).items()},
+        **fields,
     )
-    if not record.model_classes:
-        raise ValueError(f"register_mechanism: {modeling_module.__name__} registers no model class for an Auto class.")
-    for cls in record.model_classes:
-        if cls.mechanism_param_prefix != parameter_prefix:
+    unique = {
+        "name": lambda m: [m.name],
+        "parameter_prefix": lambda m: [m.parameter_prefix],
+        "statistics_prefix": lambda m: [m.statistics_prefix],
+        "docs_page": lambda m: [m.docs_page],
+        "example label": lambda m: [e.label for e in m.examples],
+        "bench case": lambda m: list(m.bench_cases),
+    }
+    for field, values in unique.items():
+        for value in values(record):
+            if not value:
+                raise ValueError(f"register_mechanism: `{field}` must not be empty.")
+            for other in MECHANISMS.values():
+                if value in values(other):
+                    raise ValueError(
+                        f"register_mechanism: {field} {value!r} is taken by mechanism {other.name!r}; choose another."
+                    )
+    for other in MECHANISMS.values():
+        if other.parameter_prefix.startswith(record.parameter_prefix) or record.parameter_prefix.startswith(
+            other.parameter_prefix
+        ):
             raise ValueError(
-                f"register_mechanism: {cls.__name__}.mechanism_param_prefix is {cls.mechanism_param_prefix!r}, the "
-                f"record's `parameter_prefix` is {parameter_prefix!r}: they must be the same."
+                f"register_mechanism: `parameter_prefix` {record.parameter_prefix!r} and {other.parameter_prefix!r} "
+                f"(mechanism {other.name!r}) start alike: a parameter named under one would be taken for the other's; "
+                "choose another."
             )
+    if not record.examples:
+        raise ValueError(f"register_mechanism: mechanism {name!r} has no `examples`: the tests build them.")
+    if not record.bench_cases:
+        raise ValueError(
+            f"register_mechanism: mechanism {name!r} has no `bench_cases`: `interlayer bench` measures every mechanism "
+            "against its stock model."
+        )
     MECHANISMS[name] = record
     return record
+
+
+def check_record(record: Mechanism) -> None:
+    """What a record promises of its classes (once they exist: after `python -m interlayer.generate_classes --fix`):
+    its modeling file registers a model class for an Auto class, and each has the record's parameter prefix."""
+    if not record.model_classes:
+        raise ValueError(f"mechanism {record.name!r}: {record.modeling} registers no model class for an Auto class.")
+    for cls in record.model_classes:
+        if cls.mechanism_param_prefix != record.parameter_prefix:
+            raise ValueError(
+                f"mechanism {record.name!r}: {cls.__name__}.mechanism_param_prefix is {cls.mechanism_param_prefix!r}, "
+                f"the record's `parameter_prefix` is {record.parameter_prefix!r}: they must be the same."
+            )
 
 
 def mechanism_of(model_class: type) -> Mechanism:
@@ -183,11 +298,34 @@ def mechanism_of(model_class: type) -> Mechanism:
 
 # -- the records -------------------------------------------------------------------------------------------------
 
+# the options with which the bridges act on the tiny encoders (also the multi-process runs')
+_ROBERTA_ACTIVE = dict(
+    identity_init=False, route_topk=2, hdim_chunk_size=4, hdim_pair_mask="cross_segment", qkv_value_proj=True
+)
+_BERT_ACTIVE = dict(
+    identity_init=False,
+    gate_activation="softplus",
+    gate_placement="post_norm",
+    hdim_token_temp=1.0,
+    hdim_entropy_reg=1e-3,
+    hdim_mask_special_tokens=True,
+)
+_DEBERTA_V2_ACTIVE = dict(
+    identity_init=False, route_topk=2, qkv_kv_weights="target", hdim_share_proj=True, hdim_mask_special_tokens=True
+)
+_ENCODERS_WITH_IS_DECODER = ("bert", "roberta", "xlm-roberta", "electra", "deberta-v2")
+# the compiled HDIM scorer (the default) is a function of tensors alone, the same in every family: the two
+# sequence-classification examples run it, the four token-classification ones the eager scorer, which spares the
+# suite a compilation per input kind and family
+_EAGER_SCORER = dict(hdim_fused=False)
+
 register_mechanism(
     name="bridge",
-    modeling_module=modeling_bridge,
+    configuration="configuration_bridge",
+    modeling="modeling_bridge",
     parameter_prefix="bridge",  # the bridge of a target layer (`bridge`) and the router (`bridge_router`)
     statistics_prefix="bridge/",
+    docs_page="bridges.md",
     pictures=(
         Picture("bridge routing", "bridge_routing.png", draw.bridge_routing),
         Picture("bridge gates", "bridge_gates.png", draw.bridge_gates),
@@ -207,12 +345,67 @@ register_mechanism(
         "interlayer.training.seed_optimizer",
         "interlayer.training.classification_trainer",
     ),
+    # every family on its most demanding task
+    examples=(
+        Example("RobertaBridge", "roberta", _ROBERTA_ACTIVE, task="sequence-classification", distributed=True),
+        Example("BertBridge", "bert", _BERT_ACTIVE, task="sequence-classification"),
+        Example("XLMRobertaBridge", "xlm-roberta", {**_ROBERTA_ACTIVE, **_EAGER_SCORER}, task="token-classification"),
+        Example("ElectraBridge", "electra", {**_BERT_ACTIVE, **_EAGER_SCORER}, task="token-classification"),
+        Example("DebertaV2Bridge", "deberta-v2", {**_DEBERTA_V2_ACTIVE, **_EAGER_SCORER}, task="token-classification"),
+        Example("ModernBertBridge", "modernbert", {**_ROBERTA_ACTIVE, **_EAGER_SCORER}, task="token-classification"),
+    ),
+    config_errors=(
+        ConfigError(dict(route_topk=0), r"route_topk.*>= 1.*got 0"),
+        ConfigError(dict(route_last_n=0), r"route_last_n"),
+        ConfigError(dict(route_temp=0.0), r"route_temp.*> 0"),
+        ConfigError(dict(route_pool="max"), r"route_pool.*mean.*cls"),
+        ConfigError(dict(bridge_mode="both"), r"bridge_mode"),
+        ConfigError(dict(route_estimator="gumbel"), r"route_estimator"),
+        ConfigError(dict(route_placement="before"), r"route_placement"),
+        ConfigError(
+            dict(route_placement="pre_norm"), r"straight_through.*cannot train the router.*pre_norm.*route_topk=1"
+        ),
+        ConfigError(dict(hdim_scorer="mlp"), r"hdim_scorer"),
+        ConfigError(dict(hdim_value_fusion="sum"), r"hdim_value_fusion"),
+        ConfigError(dict(hdim_dim=0), r"hdim_dim"),
+        ConfigError(dict(hdim_chunk_size=0), r"hdim_chunk_size"),
+        ConfigError(dict(hdim_token_temp=0.0), r"hdim_token_temp"),
+        ConfigError(dict(bridge_dropout=1.5), r"bridge_dropout.*<= 1"),
+        ConfigError(dict(gate_activation="softplus", gate_init_attn=0.0), r"gate_init_attn.*> 0"),
+        ConfigError(dict(classifier_head="seed"), r"identity_init=True.*classifier_head='seed'"),
+        ConfigError(dict(num_hidden_layers=1), r"num_hidden_layers.*>= 2"),
+        ConfigError(dict(is_decoder=True), r"encoder-only", families=_ENCODERS_WITH_IS_DECODER),
+        ConfigError(dict(attention_head_size=4), r"attention_head_size.*DeBERTa-v2.*got 4", families=("deberta-v2",)),
+    ),
+    # the HDIM scorer's last bias is added to every alignment logit of a softmax: its gradient is zero by construction
+    stationary=("hdim.scorer.2.bias",),
 )
+_UNET = dict(identity_init=False, unet_skips=True)
+_DECODER_SENTINEL = ("gpt2", "llama", "qwen2", "qwen3")
 register_mechanism(
     name="sentinel",
-    modeling_module=modeling_sentinel,
+    configuration="configuration_sentinel",
+    modeling="modeling_sentinel",
+    more_modeling=("modeling_sentinel_encoders",),
     parameter_prefix="sentinel_",  # the gates and the mask (`sentinel_gate_logits`), the U-Net skip fusions
     statistics_prefix="sentinel/",
+    docs_page="sentinel.md",
+    classes=DecoderClasses(
+        infix="Sentinel",
+        model_type_suffix="sentinel",
+        config_bases=("SentinelConfigMixin", "ZooConfigMixin"),
+        fields="SentinelFields",
+        options="the sentinel options of [`SentinelFields`]",
+        config_note="The gates are per query head (grouped-query attention included).",
+        layer_mixin="DecoderSentinelLayerMixin",
+        model_mixin="DecoderSentinelModelMixin",
+        lm_mixin="DecoderSentinelLMMixin",
+        records_attentions=False,  # `output_attentions` is refused (the config's `no_attention_weights`)
+        attention_mixin="DecoderSentinelAttention",
+        # the families whose attention `DecoderSentinelAttention.forward` computes (GPT-2's is its own class)
+        families=(LLAMA, QWEN2, QWEN3),
+        family_attribute="sentinel_family",
+    ),
     pictures=(Picture("sentinel gates", "sentinel_gates.png", draw.sentinel_gates),),
     bench_cases={
         "sentinel": BenchCase("gpt2"),
@@ -228,12 +421,73 @@ register_mechanism(
         "interlayer.sentinel.ProgressiveGrowthCallback",
         "interlayer.sentinel.prune_by_strategy",
     ),
+    examples=(
+        # the seed's GPT-2 (4 layers: two U-Net skips)
+        Example(
+            "GPT2Sentinel",
+            "gpt2",
+            _UNET,
+            stock="gpt2",
+            more_identity_options=(dict(unet_skips=True),),
+            distributed=True,
+        ),
+        Example("LlamaSentinel", "llama", _UNET, more_identity_options=(dict(unet_skips=True),)),
+        # every layer full attention, as Qwen2's stock config has it (the gates' attention takes no sliding window)
+        Example(
+            "Qwen2Sentinel",
+            "qwen2",
+            _UNET,
+            stock="qwen2_full_attention",
+            more_identity_options=(dict(unet_skips=True),),
+        ),
+        Example("Qwen3Sentinel", "qwen3", _UNET, more_identity_options=(dict(unet_skips=True),)),
+        # heads wide enough to prune: 4 heads of 16
+        Example("BertSentinel", "bert", dict(identity_init=False), task="sequence-classification", stock="bert_wide"),
+        Example(
+            "RobertaSentinel",
+            "roberta",
+            dict(identity_init=False),
+            task="sequence-classification",
+            stock="roberta_wide",
+        ),
+    ),
+    config_errors=(
+        ConfigError(dict(gate_l1=-1.0), r"gate_l1.*>= 0"),
+        ConfigError(dict(unet_skip_scale=-0.1), r"unet_skip_scale", families=_DECODER_SENTINEL),
+        ConfigError(dict(pruned_heads={9: [0]}), r"pruned_heads layer.*<= [0-9].*got 9"),
+        ConfigError(dict(pruned_heads={0: [7]}), r"pruned_heads\[0\] head.*<= 3.*got 7"),
+        ConfigError(
+            dict(pruned_heads={0: "a"}), r"`pruned_heads` maps layer indices to lists of head indices.*got \{0: 'a'\}"
+        ),
+        ConfigError(dict(pruned_heads={"first": [0]}), r"`pruned_heads` maps layer indices.*got \{'first': \[0\]\}"),
+        ConfigError(dict(identity_init="yes"), r"identity_init"),
+        ConfigError(
+            dict(sentinel_gate_init=-1e5), r"`sentinel_gate_init` must be >= -65504.0 and <= 65504.0, got -100000.0"
+        ),
+        ConfigError(
+            dict(unet_skips=True),
+            r"unet_skips=True does not apply to the (bert|roberta) family",
+            families=("bert", "roberta"),
+        ),
+        ConfigError(dict(is_decoder=True), r"encoder-only.*is_decoder=True", families=("bert", "roberta")),
+    ),
 )
+_HC_NOISE = dict(hc_init_noise=0.1)
 register_mechanism(
     name="hyper-connections",
-    modeling_module=modeling_hyper_connections,
+    configuration="configuration_hyper_connections",
+    modeling="modeling_hyper_connections",
     parameter_prefix="hc_",
     statistics_prefix="hc/",
+    docs_page="hyper_connections.md",
+    classes=DecoderClasses(
+        infix="MHC",
+        model_type_suffix="mhc",
+        fields="HyperConnectionFields",
+        layer_mixin="HCDecoderLayerMixin",
+        model_mixin="HCModelMixin",
+        lm_mixin="HCForCausalLMMixin",
+    ),
     pictures=(
         Picture("H_res", "hc_res.png", draw.hc_res),
         Picture("composite gain", "hc_composite_gain.png", draw.hc_gain),
@@ -247,12 +501,69 @@ register_mechanism(
         "mhc-unfused": BenchCase("llama", options=dict(hc_mode="mhc", hc_fused=False, freeze_base=False)),
         "mhc-static": BenchCase("llama", options=dict(hc_mode="mhc", mhc_dynamic=False, freeze_base=False)),
     },
+    # the modes varied across the families: mHC (seed init, static, DeepSeek-V4's formula), static and dynamic HC
+    # (with and without tanh, two streams), and the eager equation beside the fast implementation
+    examples=(
+        Example("Qwen3MHC", "qwen3", dict(identity_init=False)),
+        # identity at init holds to DeepSeek's eps (about 1e-6 per sublayer)
+        Example(
+            "Qwen3DeepSeekMHC",
+            "qwen3",
+            dict(mhc_variant="deepseek_v4", **_HC_NOISE),
+            identity_options=dict(mhc_variant="deepseek_v4"),
+        ),
+        Example("LlamaStaticHC", "llama", dict(hc_mode="static", **_HC_NOISE)),
+        Example("LlamaDynamicHC", "llama", dict(hc_mode="dynamic", **_HC_NOISE), distributed=True),
+        # the equation as written (the specification the fast implementation is tested against)
+        Example(
+            "LlamaEagerMHC",
+            "llama",
+            dict(hc_implementation="eager", **_HC_NOISE),
+            identity_options=dict(hc_implementation="eager"),
+        ),
+        Example("Qwen2MHC", "qwen2", dict(identity_init=False)),
+        Example("MistralStaticHC", "mistral", dict(hc_mode="static", **_HC_NOISE)),
+        Example("Phi3DynamicHC", "phi3", dict(hc_mode="dynamic", **_HC_NOISE)),
+        Example("Olmo2StaticMHC", "olmo2", dict(hc_mode="mhc", mhc_dynamic=False, **_HC_NOISE)),
+        Example("Gemma2DynamicNoTanhHC", "gemma2", dict(hc_mode="dynamic", hc_dynamic_tanh=False, **_HC_NOISE)),
+        Example("Gemma3TextTwoStreamDynamicHC", "gemma3_text", dict(hc_mode="dynamic", hc_streams=2, **_HC_NOISE)),
+        Example("GPT2MHC", "gpt2", dict(hc_read_in_focus=0.25, **_HC_NOISE)),
+    ),
+    config_errors=(
+        ConfigError(dict(hc_streams=0), r"hc_streams.*>= 1.*got 0"),
+        ConfigError(dict(hc_mode="residual"), r"hc_mode"),
+        ConfigError(dict(mhc_variant="deepseek"), r"mhc_variant.*'seed', 'deepseek_v4'.*got deepseek"),
+        ConfigError(dict(sinkhorn_iters=0), r"sinkhorn_iters.*>= 1.*got 0"),
+        ConfigError(dict(hc_read_in_focus=1.5), r"hc_read_in_focus.*<= 1.*got 1.5"),
+        ConfigError(dict(hc_mode="mhc", hc_streams=1), r"identity_init=True.*hc_mode='mhc'.*hc_streams. >= 2"),
+        ConfigError(dict(hc_mode="mhc", hc_read_in_focus=1.0), r"hc_read_in_focus.*< 1.*mhc"),
+        ConfigError(dict(hc_init_noise=-0.1), r"hc_init_noise.*>= 0"),
+        ConfigError(dict(freeze_base="no"), r"freeze_base"),
+        ConfigError(dict(hc_implementation="kernel"), r"hc_implementation.*'fast', 'eager'.*got kernel"),
+    ),
 )
+_LATENT = dict(identity_init=False)
 register_mechanism(
     name="latent",
-    modeling_module=modeling_latent,
+    configuration="configuration_latent",
+    modeling="modeling_latent",
     parameter_prefix="latent_",
     statistics_prefix="latent/",
+    docs_page="latent.md",
+    classes=DecoderClasses(
+        infix="Latent",
+        model_type_suffix="latent",
+        fields="LatentFields",
+        layer_mixin="LatentDecoderLayerMixin",
+        model_mixin="LatentModelMixin",
+        lm_mixin="LatentForCausalLMMixin",
+        records_attentions=False,  # two passes: there is no single set of attention weights
+        # `latent_down` is called by the model's stock pass on the layer's output, outside the layer's forward (under
+        # a frozen base the layer runs without gradients and `latent_down` with them, which one checkpointed call
+        # cannot do), so each projection is its own FSDP unit: sharded with `fully_shard` it gathers its weights
+        # around its own forward
+        no_split_parts=("LatentProjection",),
+    ),
     pictures=(Picture("latent gates", "latent.png", draw.latent),),
     bench_cases={
         "latent": BenchCase("llama", options=dict(latent_source="previous_position", freeze_base=False)),
@@ -264,12 +575,68 @@ register_mechanism(
             quick_options=dict(latent_source_layers=[1], latent_target_layers=[1], freeze_base=False),
         ),
     },
+    # the `latent_source` and the layer pairs varied across the families
+    examples=(
+        Example("Qwen3PreviousPosition", "qwen3", _LATENT),
+        Example(
+            "LlamaSamePosition",
+            "llama",
+            dict(_LATENT, latent_source="same_position", latent_source_layers=[1, 2]),
+            distributed=True,
+        ),
+        Example("LlamaRecurrent", "llama", dict(_LATENT, latent_source="recurrent")),
+        Example("Qwen2PreviousPosition", "qwen2", _LATENT),
+        Example("MistralSamePosition", "mistral", dict(_LATENT, latent_source="same_position")),
+        Example("Phi3Recurrent", "phi3", dict(_LATENT, latent_source="recurrent")),
+        Example("Olmo2TwoPairs", "olmo2", dict(_LATENT, latent_source_layers=[1, 2], latent_target_layers=[0, 1])),
+        Example("Gemma2SamePosition", "gemma2", dict(_LATENT, latent_source="same_position", latent_offset=2)),
+        Example("Gemma3TextPreviousPosition", "gemma3_text", _LATENT),
+        Example("GPT2Recurrent", "gpt2", dict(_LATENT, latent_source="recurrent", latent_dim=8)),
+        # first targets above L0: the layers below them run once for both passes, and the cache keeps them once
+        Example("Qwen2SharedLayers", "qwen2", dict(_LATENT, latent_source_layers=[2], latent_target_layers=[1])),
+        Example(
+            "Gemma3TextSharedLayersSamePosition",
+            "gemma3_text",
+            dict(_LATENT, latent_source="same_position", latent_source_layers=[0, 2], latent_target_layers=[2, 1]),
+        ),
+        Example(
+            "GPT2TargetAboveTheSourceRecurrent",
+            "gpt2",
+            dict(_LATENT, latent_source="recurrent", latent_dim=8, latent_source_layers=[0], latent_target_layers=[2]),
+        ),
+    ),
+    config_errors=(
+        ConfigError(dict(latent_dim=0), r"latent_dim.*>= 1.*got 0"),
+        ConfigError(dict(latent_source="next_position"), r"latent_source.*previous_position.*next_position"),
+        ConfigError(dict(latent_source_layers=[1, 5]), r"latent_source_layers.*\[0, 2\].*got \[1, 5\]"),
+        ConfigError(
+            dict(latent_source_layers=[2, 2], latent_target_layers=[0, 1]), r"latent_source_layers.*must not repeat"
+        ),
+        ConfigError(dict(latent_source_layers=[1, 2], latent_target_layers=[0]), r"same length"),
+        ConfigError(dict(latent_offset=3), r"latent_offset.*<= 2.*got 3"),
+        ConfigError(dict(latent_offset=2, latent_target_layers=[1]), r"latent_offset.*outside \[0, 2\]"),
+        ConfigError(dict(latent_up_init_gain=-1.0), r"latent_up_init_gain.*>= 0"),
+        ConfigError(dict(latent_down_init_gain=-1.0), r"latent_down_init_gain.*>= 0"),
+        ConfigError(dict(latent_source_layers=[], latent_target_layers=[]), r"at least one \(source, target\) pair"),
+        ConfigError(dict(freeze_base="no"), r"freeze_base"),
+    ),
 )
 register_mechanism(
     name="attention-bridge",
-    modeling_module=modeling_attention_bridge,
+    configuration="configuration_attention_bridge",
+    modeling="modeling_attention_bridge",
     parameter_prefix="attention_bridge",  # the bridge (`encoder.attention_bridge`), the further languages' decoders
     statistics_prefix="attention_bridge/",
+    docs_page="attention_bridges.md",
+    classes=Seq2SeqClasses(
+        infix="AttentionBridge",
+        encoder_mixin="AttentionBridgeEncoderMixin",
+        decoder_mixin="AttentionBridgeDecoderMixin",
+        model_mixin="AttentionBridgeSeq2SeqMixin",
+        lm_mixin="AttentionBridgeLMMixin",
+        description="an attention bridge",
+        generate_note="`generate(..., tgt_lang=...)` picks the decoder.",
+    ),
     pictures=(
         Picture(
             "slot attention",
@@ -290,5 +657,145 @@ register_mechanism(
         "interlayer.training.TargetLanguageSampler",
         "interlayer.training.target_language_trainer",
         "interlayer.training.split_by_language",
+    ),
+    tiny_options=dict(bridge_fixed_length=5, bridge_hidden_size=48, bridge_heads=4),
+    # fixed-length (lin; perceiver over a transformer layer with RMSNorm) and variable-length (transformer and
+    # feed-forward) bridges on Marian, a simple bridge with one language decoder on BART, one bridge on each of mBART,
+    # M2M100 (NLLB's architecture) and T5; the identity holds for bridges of transformer layers
+    examples=tuple(
+        Example(
+            label,
+            family,
+            options,
+            identity_options=dict(bridge_layers=["transformer", "transformer"]),
+            distributed=distributed,
+        )
+        for label, family, options, distributed in (
+            ("LinBridge", "marian", dict(bridge_layers=["lin"]), False),
+            (
+                "PerceiverBridge",
+                "marian",
+                dict(bridge_layers=["transformer", "perceiver", "perceiver"], bridge_norm="rmsnorm"),
+                True,
+            ),
+            (
+                "VariableLengthBridge",
+                "marian",
+                dict(bridge_layers=["transformer", "feedforward"], decoder_languages=["de"]),
+                False,
+            ),
+            ("BartSimpleBridge", "bart", dict(bridge_layers=["simple"], decoder_languages=["de"]), False),
+            ("MBartLinBridge", "mbart", dict(bridge_layers=["lin"], decoder_languages=["de"]), False),
+            (
+                "M2M100PerceiverBridge",
+                "m2m_100",
+                dict(bridge_layers=["transformer", "perceiver"], decoder_languages=["de"]),
+                False,
+            ),
+            (
+                "T5Bridge",
+                "t5",
+                dict(bridge_layers=["transformer", "simple"], bridge_norm="rmsnorm", decoder_languages=["de"]),
+                False,
+            ),
+        )
+    ),
+    config_errors=(
+        ConfigError(dict(bridge_layers=["lin", "mlp"]), r"bridge_layers\[1\].*one of.*'transformer'.*got 'mlp'"),
+        ConfigError(dict(bridge_fixed_length=0), r"bridge_fixed_length.*>= 1.*got 0"),
+        ConfigError(dict(bridge_hidden_size=0), r"bridge_hidden_size.*>= 1"),
+        ConfigError(dict(bridge_norm="batchnorm"), r"bridge_norm.*batchnorm"),
+        ConfigError(dict(bridge_layers=["perceiver"], bridge_heads=5), r"bridge_heads.*divide d_model=32.*got 5"),
+        ConfigError(dict(decoder_languages=["de", "de"]), r"decoder_languages.*must not repeat"),
+        ConfigError(dict(decoder_languages=[]), r"decoder_languages.*non-empty"),
+        ConfigError(dict(decoder_languages=["de", ""]), r"decoder_languages.*non-empty list of language names"),
+        ConfigError(dict(bridge_norm_eps=0.0), r"bridge_norm_eps.*> 0.*got 0.0"),
+        ConfigError(dict(bridge_heads=0), r"bridge_heads.*>= 1"),
+        ConfigError(
+            dict(bridge_layers=["transformer", "lin"], identity_init=True),
+            r"identity_init=True.*'lin' bridge layer cannot",
+        ),
+        ConfigError(dict(bridge_layers=["feedforward"], identity_init=True), r"'feedforward' bridge layer cannot"),
+    ),
+)
+_DEPTH = dict(identity_init=False)
+register_mechanism(
+    name="depth-routing",
+    configuration="configuration_depth_routing",
+    modeling="modeling_depth_routing",
+    parameter_prefix="depth_",
+    statistics_prefix="depth/",
+    docs_page="depth_routing.md",
+    pictures=(
+        Picture(
+            "depth weights",
+            "depth_weights.png",
+            draw.depth_weights,
+            absent="the form weighs no earlier outputs (value residual, LAuReL)",
+        ),
+        Picture(
+            "depth gates",
+            "depth_gates.png",
+            draw.depth_gates,
+            absent="the form has no per-layer weights (DenseFormer's averages and MUDD are drawn as maps)",
+        ),
+    ),
+    classes=DecoderClasses(
+        infix="DepthRouting",
+        model_type_suffix="depth_routing",
+        fields="DepthRoutingFields",
+        layer_mixin="DepthRoutingLayerMixin",
+        model_mixin="DepthRoutingModelMixin",
+        lm_mixin="DepthRoutingForCausalLMMixin",
+    ),
+    bench_cases={
+        "depth-dwa": BenchCase("llama", options=dict(depth_form="dwa", freeze_base=False)),
+        "depth-mudd": BenchCase("llama", options=dict(depth_form="mudd", freeze_base=False)),
+        "depth-attention-residual": BenchCase(
+            "llama", options=dict(depth_form="attention_residual", freeze_base=False)
+        ),
+        "depth-value-residual": BenchCase("llama", options=dict(depth_form="value_residual", freeze_base=False)),
+        "depth-laurel": BenchCase("llama", options=dict(depth_form="laurel", freeze_base=False)),
+    },
+    # the forms varied across the families (each on one with separate and one with fused projections where the form
+    # reads them: MUDD's key and value inputs, the value residual's values)
+    examples=(
+        Example("LlamaDWA", "llama", dict(_DEPTH, depth_form="dwa")),
+        Example("Olmo2DilatedDWA", "olmo2", dict(_DEPTH, depth_form="dwa", dwa_dilation=2, dwa_period=2)),
+        Example("Qwen3MUDD", "qwen3", dict(_DEPTH, depth_form="mudd")),
+        Example("GPT2MUDD", "gpt2", dict(_DEPTH, depth_form="mudd", mudd_ways=["k", "v", "r"])),
+        Example(
+            "Qwen2AttentionResidual",
+            "qwen2",
+            dict(_DEPTH, depth_form="attention_residual", attention_residual_gate_init=0.5),
+            distributed=True,  # both its pictures: the weights over the sources, the gates
+        ),
+        Example("Phi3ValueResidual", "phi3", dict(_DEPTH, depth_form="value_residual")),
+        Example("MistralNormedLowRankLaurel", "mistral", dict(_DEPTH, depth_form="laurel", laurel_norm=True)),
+        Example("Gemma2ResidualWeightLaurel", "gemma2", dict(_DEPTH, depth_form="laurel", laurel_form="rw")),
+        Example(
+            "Gemma3TextPreviousActivationLaurel", "gemma3_text", dict(_DEPTH, depth_form="laurel", laurel_form="pa")
+        ),
+    ),
+    config_errors=(
+        ConfigError(dict(depth_form="densenet"), r"depth_form.*'dwa'.*got '?densenet"),
+        ConfigError(dict(dwa_dilation=0), r"dwa_dilation.*>= 1.*got 0"),
+        ConfigError(dict(dwa_period=0), r"dwa_period.*>= 1.*got 0"),
+        ConfigError(dict(mudd_ways=["q", "x"]), r"mudd_ways\[1\].*'k'.*got 'x'"),
+        ConfigError(dict(mudd_ways=["q", "q"]), r"mudd_ways.*must not repeat"),
+        ConfigError(dict(mudd_ways=[]), r"mudd_ways.*non-empty"),
+        ConfigError(dict(laurel_rank=0), r"laurel_rank.*>= 1.*got 0"),
+        ConfigError(dict(laurel_form="xl"), r"laurel_form.*'rw'.*got '?xl"),
+        ConfigError(dict(laurel_previous=0), r"laurel_previous.*>= 1.*got 0"),
+        ConfigError(
+            dict(attention_residual_variant="full", attention_residual_block_size=2, identity_init=False),
+            r"attention_residual_block_size.*delta variant.*got attention_residual_block_size=2",
+        ),
+        ConfigError(
+            dict(depth_form="attention_residual", attention_residual_variant="full"),
+            r"identity_init=True.*attention_residual_variant='full'",
+        ),
+        ConfigError(dict(depth_form="value_residual", value_residual_mix="half"), r"identity_init=True.*'half'"),
+        ConfigError(dict(freeze_base="no"), r"freeze_base"),
     ),
 )

@@ -278,6 +278,69 @@ def draw_slot_attention(model, path, input_ids, attention_mask=None, tokens=None
     return attention
 
 
+def depth_weight_maps(stats: dict) -> dict[str, torch.Tensor]:
+    """The depth-routing weights as layer x source maps, `{way: [layers, sources]}` (NaN where a layer reads no such
+    source): DenseFormer's averages and the attention residuals' softmax (`depth/L{i}/weights_{j}`, way ""),
+    MUDD's per way (`depth/L{i}/{way}_weights_{j}`)."""
+    found: dict[str, dict[tuple[int, int], float]] = {}
+    for key, value in stats.items():
+        match = re.fullmatch(r"depth/L(\d+)/(?:(\w+)_)?weights_(\d+)", key)
+        if match:
+            found.setdefault(match.group(2) or "", {})[int(match.group(1)), int(match.group(3))] = value
+    maps = {}
+    for way, entries in found.items():
+        rows, columns = (max(index[k] for index in entries) + 1 for k in (0, 1))
+        grid = torch.full((rows, columns), float("nan"))
+        for (i, j), value in entries.items():
+            grid[i, j] = value
+        maps[way] = grid
+    return maps
+
+
+def draw_depth_weights(stats: dict, path) -> str:
+    """What each layer reads, as a layer x source map: row i weighs the embedding (source 0) and the outputs of blocks
+    1 .. i + 1 into what block i + 2 reads (the final norm after the last block); one map per MUDD way. The attention
+    residuals' rows are a layer's sublayers and their columns the sources they attend over (the embedding, then each
+    earlier sublayer's output, or each completed block's)."""
+    maps = _require(depth_weight_maps(stats), "`depth/L{i}/weights_{j}`")
+    names = {"": "weights", "q": "query way", "k": "key way", "v": "value way", "r": "residual way"}
+    names |= {"attn": "attention sublayers", "mlp": "MLP sublayers"}
+    fig = _figure(4.2 * len(maps), 3.8)
+    order = ["", "q", "k", "v", "r", "attn", "mlp"]
+    for n, (way, grid) in enumerate(sorted(maps.items(), key=lambda item: order.index(item[0]))):
+        ax = fig.add_subplot(1, len(maps), n + 1)
+        image = ax.imshow(grid.numpy(), cmap="viridis", aspect="auto")
+        fig.colorbar(image, ax=ax, shrink=0.8)
+        ax.set_xticks(range(grid.shape[1]))
+        ax.set_xlabel("source (0: embedding, j: block j's output)")
+        ax.set_ylabel("after block")
+        ax.set_yticks(range(grid.shape[0]), [str(i + 1) for i in range(grid.shape[0])])
+        ax.set_title(names.get(way, way))
+    fig.suptitle("Depth-routing weights over earlier outputs")
+    return _save(fig, path)
+
+
+def draw_depth_gates(stats: dict, path) -> str:
+    """The depth-routing parameters that are one number a layer, each a series over the layers: the attention
+    residuals' gates, the value residual's (l1, l2), LAuReL's weights, its previous activations' gammas and its
+    low-rank terms' size."""
+    series: dict[str, dict[int, float]] = {}
+    for key, value in stats.items():
+        match = re.fullmatch(r"depth/L(\d+)/(l1|l2|(?:attn|mlp)_(?:gate|alpha|beta|lowrank_norm|gamma_\d+))", key)
+        if match:
+            series.setdefault(match.group(2), {})[int(match.group(1))] = value
+    _require(series, "per-layer depth-routing weights")
+    fig = _figure(6.5, 3.6)
+    ax = fig.add_subplot()
+    for name, values in sorted(series.items()):
+        layers = sorted(values)
+        ax.plot(layers, [values[i] for i in layers], marker="o", label=name)
+    ax.set_xlabel("layer")
+    ax.legend(fontsize=7, ncol=2)
+    fig.suptitle("Depth-routing weights per layer")
+    return _save(fig, path)
+
+
 # --- each mechanism's pictures, as its record names them -------------------------------------------------------
 # `draw(model, stats, inputs, tokens, path)`: the picture into `path` (returned), or None where this model has no such
 # picture. `stats` are the mechanism's statistics and state (`mechanism_stats()`, `mechanism_state()`); `inputs` is
@@ -318,3 +381,18 @@ def slot_attention(model, stats, inputs, tokens, path) -> str | None:
         return None
     draw_slot_attention(model, path, inputs["input_ids"][:1], inputs["attention_mask"][:1], tokens)
     return str(path)
+
+
+def depth_weights(model, stats, inputs, tokens, path) -> str | None:
+    """The layer x source maps, for the forms that weigh earlier outputs (DWA, attention residuals, MUDD)."""
+    if not depth_weight_maps(stats):
+        return None
+    return draw_depth_weights(stats, path)
+
+
+def depth_gates(model, stats, inputs, tokens, path) -> str | None:
+    """The per-layer weights, for the forms that have them (attention residuals' delta, value residual, LAuReL)."""
+    try:
+        return draw_depth_gates(stats, path)
+    except ValueError:
+        return None

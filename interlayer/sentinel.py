@@ -9,7 +9,7 @@ from collections.abc import Iterable
 import torch
 
 from .callbacks import ResumableCallback, _unwrap, add_to_logs, mean_tensor_over_ranks
-from .models.modeling_sentinel import _feature_dims
+from .models.sentinel_common import _feature_dims
 
 STRATEGIES = ("entropy", "magnitude", "random", "importance", "flap", "flap-heads", "wanda-sp")
 DATA_STRATEGIES = ("entropy", "importance", "flap", "flap-heads", "wanda-sp")

@@ -12,7 +12,7 @@ from typing import ClassVar, Literal
 from .zoo_common import ZooConfigFields, ZooConfigMixin, check_choice, check_range, zoo_config
 
 # isort: split
-# --- begin generated imports (python -m interlayer.models.generate_classes --fix): do not edit ---
+# --- begin generated imports (python -m interlayer.generate_classes --fix): do not edit ---
 from transformers import (
     Gemma2Config,
     Gemma3TextConfig,
@@ -162,7 +162,7 @@ class HyperConnectionFields(ZooConfigFields):
 __all__ = ["HC_IMPLEMENTATIONS", "HC_MODES", "MHC_VARIANTS", "HyperConnectionFields"]
 
 
-# --- begin generated classes (python -m interlayer.models.generate_classes --fix): do not edit ---
+# --- begin generated classes (python -m interlayer.generate_classes --fix): do not edit ---
 @zoo_config
 class LlamaMHCConfig(ZooConfigMixin, LlamaConfig, HyperConnectionFields):
     r"""Configuration of [`LlamaMHCModel`]: every [`LlamaConfig`] field plus the options of [`HyperConnectionFields`].

@@ -12,7 +12,7 @@ from typing import ClassVar, Literal
 from .zoo_common import ZooConfigFields, ZooConfigMixin, check_choice, check_range, zoo_config
 
 # isort: split
-# --- begin generated imports (python -m interlayer.models.generate_classes --fix): do not edit ---
+# --- begin generated imports (python -m interlayer.generate_classes --fix): do not edit ---
 from transformers import (
     Gemma2Config,
     Gemma3TextConfig,
@@ -159,7 +159,7 @@ class LatentFields(ZooConfigFields):
 __all__ = ["LATENT_SOURCES", "LatentFields"]
 
 
-# --- begin generated classes (python -m interlayer.models.generate_classes --fix): do not edit ---
+# --- begin generated classes (python -m interlayer.generate_classes --fix): do not edit ---
 @zoo_config
 class LlamaLatentConfig(ZooConfigMixin, LlamaConfig, LatentFields):
     r"""Configuration of [`LlamaLatentModel`]: every [`LlamaConfig`] field plus the options of [`LatentFields`].

@@ -8,12 +8,12 @@ from .zoo_requirements import MIN_TRANSFORMERS  # noqa: F401
 import dataclasses
 from typing import ClassVar
 
-from transformers import BertConfig, GPT2Config, RobertaConfig
+from transformers import GPT2Config
 
 from .zoo_common import ConfigError, ZooConfigFields, ZooConfigMixin, check_range, zoo_config
 
 # isort: split
-# --- begin generated imports (python -m interlayer.models.generate_classes --fix): do not edit ---
+# --- begin generated imports (python -m interlayer.generate_classes --fix): do not edit ---
 from transformers import LlamaConfig, Qwen2Config, Qwen3Config
 
 # --- end generated imports ---
@@ -160,28 +160,6 @@ class GPT2SentinelConfig(SentinelConfigMixin, ZooConfigMixin, GPT2Config, Sentin
         return super().from_dict(config_dict, **kwargs)
 
 
-@zoo_config
-class BertSentinelConfig(SentinelConfigMixin, ZooConfigMixin, BertConfig, SentinelFields):
-    r"""Configuration of [`BertSentinelModel`]: every [`BertConfig`] field plus the sentinel options of
-    [`SentinelFields`] (no U-Net skips: an encoder). Converts checkpoints of model_type `bert`."""
-
-    model_type = "bert_sentinel"
-    stock_model_types = ("bert",)
-    sentinel_family = "bert"
-    sentinel_is_encoder = True
-
-
-@zoo_config
-class RobertaSentinelConfig(SentinelConfigMixin, ZooConfigMixin, RobertaConfig, SentinelFields):
-    r"""Configuration of [`RobertaSentinelModel`]: every [`RobertaConfig`] field plus the sentinel options of
-    [`SentinelFields`] (no U-Net skips: an encoder). Converts checkpoints of model_type `roberta`."""
-
-    model_type = "roberta_sentinel"
-    stock_model_types = ("roberta",)
-    sentinel_family = "roberta"
-    sentinel_is_encoder = True
-
-
 class LegacyGatedGPT2Config(GPT2SentinelConfig):
     """The model type `gated_gpt2` of models saved before the rename, for `AutoConfig` in-process: it reads such a
     config.json as a [`GPT2SentinelConfig`] (so the Auto model classes pick the current classes, and a save writes
@@ -198,17 +176,15 @@ class LegacyGatedGPT2Config(GPT2SentinelConfig):
 GatedGPT2Config = GPT2SentinelConfig
 
 __all__ = [
-    "BertSentinelConfig",
     "GPT2SentinelConfig",
     "GatedGPT2Config",
     "LegacyGatedGPT2Config",
-    "RobertaSentinelConfig",
     "SentinelConfigMixin",
     "SentinelFields",
 ]
 
 
-# --- begin generated classes (python -m interlayer.models.generate_classes --fix): do not edit ---
+# --- begin generated classes (python -m interlayer.generate_classes --fix): do not edit ---
 @zoo_config
 class LlamaSentinelConfig(SentinelConfigMixin, ZooConfigMixin, LlamaConfig, SentinelFields):
     r"""Configuration of [`LlamaSentinelModel`]: every [`LlamaConfig`] field plus the sentinel options of

@@ -14,17 +14,23 @@ from .zoo_requirements import MIN_TRANSFORMERS  # noqa: F401
 
 # isort: split
 
+import contextlib
+import dataclasses
+
 import torch
 from torch import nn
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
 from transformers.modeling_utils import PreTrainedModel
+from transformers.utils.generic import merge_with_config_defaults
+from transformers.utils.output_capturing import capture_outputs
 
 from .families import DecoderFamily
 from .zoo_common import (
     CACHE_KWARG,
     ZooModelMixin,
     returns_dict_to_its_head,
+    select_hidden_states,
     stock_cache_kwargs,
     take_cache,
 )
@@ -53,7 +59,10 @@ class FreezeBaseMixin(ZooModelMixin):
 
 
 class DecoderLayerRolesMixin:
-    """A stock decoder layer's two residual branches, as its family declares them (put before the stock class)."""
+    """A stock decoder layer as its family declares it (put before the stock class): its two residual branches
+    `F_attn` and `F_mlp`, and its forward `h + F_attn(h)`, then `+ F_mlp(.)`, written once for every family
+    (`residual_block`, which a mechanism overrides to change the block). It computes what the stock layer computes,
+    bit for bit: the same modules in the same order."""
 
     family: DecoderFamily
 
@@ -64,6 +73,42 @@ class DecoderLayerRolesMixin:
     def mlp_branch(self, x: torch.Tensor) -> torch.Tensor:
         """`F_mlp(x)`: the MLP sublayer with the family's norms and dropout."""
         return self.family.mlp_branch(self, x)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        *layer_inputs,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
+        use_cache: bool | None = False,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
+        **kwargs,
+    ) -> torch.Tensor:
+        """`residual_block` on `hidden_states` with the attention branch bound to this forward's mask, positions and
+        cache. `layer_inputs` are what the mechanism's stack gives this layer besides its input (`layer_inputs` of
+        `DecoderStackMixin`); they are positional because reentrant activation checkpointing passes gradients to
+        positional inputs only."""
+        past_key_values = take_cache(past_key_values, kwargs)
+
+        def attention(x: torch.Tensor) -> torch.Tensor:
+            return self.attention_branch(
+                x,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                past_key_values=past_key_values,
+                use_cache=use_cache,
+                position_embeddings=position_embeddings,
+                **kwargs,
+            )
+
+        return self.residual_block(hidden_states, attention, *layer_inputs)
+
+    def residual_block(self, h: torch.Tensor, attention, *layer_inputs) -> torch.Tensor:
+        """The stock block: `h + F_attn(h)`, then `h + F_mlp(h)` (`attention` is `F_attn` with this forward's
+        keywords bound). A mechanism that changes the block overrides this."""
+        h = h + attention(h)
+        return h + self.mlp_branch(h)
 
 
 def build_stack(model: nn.Module, family: DecoderFamily, config, layer_class: type) -> None:
@@ -81,9 +126,58 @@ def build_stack(model: nn.Module, family: DecoderFamily, config, layer_class: ty
         model.rotary_emb = family.rotary(config=config)
 
 
+@dataclasses.dataclass
+class StackRun:
+    """One forward through a decoder stack: what every layer takes besides its input (the mask and rotary position
+    embeddings of its attention type, the position ids, the cache and the stock keywords), the hidden states recorded
+    for `output_hidden_states` (None when not asked), and `saved`, where a mechanism keeps, by name, what later layers
+    of the same forward read (earlier layers' outputs, say)."""
+
+    model: nn.Module
+    masks: dict
+    position_embeddings: dict
+    position_ids: torch.Tensor
+    cache: Cache | None
+    use_cache: bool
+    attention_mask: torch.Tensor | None  # as the forward was given it (the 2-d padding mask, or None)
+    kwargs: dict
+    hidden: list | None = None
+    saved: dict = dataclasses.field(default_factory=dict)
+
+    def layer(self, i: int, x, *layer_inputs, cache="run", masks=None, position_embeddings=None, **overrides):
+        """Layer `i` on `x` (and the mechanism's `layer_inputs`), with the mask and position embeddings of its type
+        (from `masks` / `position_embeddings` when given) and the run's cache (`cache`, when given instead)."""
+        cache = self.cache if cache == "run" else cache
+        kind = self.model.layer_types[i]
+        return self.model.stack_layers[i](
+            x,
+            *layer_inputs,
+            attention_mask=(masks or self.masks)[kind],
+            position_embeddings=(position_embeddings or self.position_embeddings)[kind],
+            position_ids=self.position_ids,
+            use_cache=bool(self.use_cache) and cache is not None,
+            **{CACHE_KWARG: cache},  # the name the stock layer's checkpointing clears
+            **{**self.kwargs, **overrides},
+        )
+
+    def record(self, hidden_states: torch.Tensor) -> None:
+        """Record a hidden state for `output_hidden_states` (nothing when not asked)."""
+        if self.hidden is not None:
+            self.hidden.append(hidden_states)
+
+
 class DecoderStackMixin(FreezeBaseMixin):
     """The stock decoder stack of `family` (embeddings, `decoder_layer_class` layers, final norm, rotary embedding)
-    with the stock attribute names, so stock checkpoints load with no weight missing."""
+    with the stock attribute names, so stock checkpoints load with no weight missing, and its forward, written once:
+    the stock preamble (`prepare_inputs`), the layers in order (`run_layers`), the final norm and the stock output
+    class, with `output_hidden_states` selected as the stock models select it.
+
+    A mechanism fills in the hooks it needs: `check_forward` (keywords or settings it refuses), `enter_layers` (what
+    the first layer reads, from the embeddings: hyper-connections' K streams), `layer_inputs` (what layer `i` takes
+    besides its input: the sentinel's U-Net skip), `after_layer` (what the next layer reads, from a layer's output:
+    depth-weighted averages), `read_state` (the hidden state a layer's output stands for, recorded and normed at the
+    end: hyper-connections' read-out), `around_layers` (a context around the loop), `build_mechanism` (its
+    model-level parameters), `new_cache` / `check_cache`; or replaces `run_layers` whole (latent's two passes)."""
 
     family: DecoderFamily
     decoder_layer_class: type
@@ -118,6 +212,78 @@ class DecoderStackMixin(FreezeBaseMixin):
     def check_cache(self, cache: Cache) -> None:
         """Refuse a cache this model cannot use (a mechanism overrides it)."""
 
+    # -- the forward ---------------------------------------------------------------------------------------------
+
+    @merge_with_config_defaults
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ):
+        """As the stock model; `hidden_states` (when asked for) are what `read_state` makes of each layer's output."""
+        self.check_forward(kwargs)
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
+        inputs_embeds, cache, position_ids, masks, position_embeddings = self.prepare_inputs(
+            input_ids, inputs_embeds, attention_mask, position_ids, past_key_values, use_cache, kwargs
+        )
+        run = StackRun(
+            self, masks, position_embeddings, position_ids, cache, use_cache, attention_mask, kwargs,
+            hidden=[] if output_hidden_states else None,
+        )  # fmt: skip
+        with self.around_layers(attention_mask):
+            hidden_states = self.run_layers(inputs_embeds, run)
+        hidden_states = self.final_norm(hidden_states)
+        if run.hidden is not None:
+            run.hidden[-1] = hidden_states
+        return self.family.output_class(
+            last_hidden_state=hidden_states,
+            hidden_states=select_hidden_states(run.hidden, output_hidden_states),
+            **{CACHE_KWARG: cache if use_cache else None},
+        )
+
+    def run_layers(self, inputs_embeds: torch.Tensor, run: StackRun) -> torch.Tensor:
+        """Every layer in order, each reading what `after_layer` made of the one before; returns the hidden state the
+        final norm takes. Records the embeddings and each layer's hidden state (`read_state`)."""
+        state = self.enter_layers(inputs_embeds)
+        run.record(inputs_embeds)
+        for i in range(self.config.num_hidden_layers):
+            state = self.after_layer(i, run.layer(i, state, *self.layer_inputs(i, run)), run)
+            run.record(self.read_state(state))
+        return self.read_state(state)
+
+    def check_forward(self, kwargs: dict) -> None:
+        """Refuse (ValueError) a keyword of the forward, or a setting changed on the built model, that the mechanism
+        cannot honour; take out of `kwargs` what no layer takes."""
+
+    def enter_layers(self, inputs_embeds: torch.Tensor):
+        """What the first layer reads, from the embeddings (and the family's position embeddings)."""
+        return inputs_embeds
+
+    def layer_inputs(self, i: int, run: StackRun) -> tuple:
+        """What layer `i` takes besides its input, positionally (`DecoderLayerRolesMixin.residual_block`)."""
+        return ()
+
+    def after_layer(self, i: int, output, run: StackRun):
+        """What the layer after layer `i` reads, from layer `i`'s output."""
+        return output
+
+    def read_state(self, state) -> torch.Tensor:
+        """The hidden state `[batch, seq, hidden]` a layer's output stands for: what `output_hidden_states` records and
+        what the final norm takes after the last layer."""
+        return state
+
+    def around_layers(self, attention_mask):
+        """A context the layers of a forward run in."""
+        return contextlib.nullcontext()
+
     def prepare_inputs(
         self, input_ids, inputs_embeds, attention_mask, position_ids, past_key_values, use_cache, kwargs
     ):
@@ -125,8 +291,10 @@ class DecoderStackMixin(FreezeBaseMixin):
         embeddings of each layer type, as `(hidden_states, past_key_values, position_ids, masks,
         position_embeddings)`; layer `i` takes `masks[t]` and `position_embeddings[t]` for its type
         `t = layer_types[i]`. `hidden_states` is what the first layer reads: the embeddings, plus the absolute
-        position embeddings and the embedding dropout where the family has them. The family's `extra_inputs` are
-        taken out of `kwargs`, and the cache if it came as `cache` (transformers >= 5.24)."""
+        position embeddings (and GPT-2's token type embeddings) and the embedding dropout where the family has them.
+        The family's `extra_inputs` are taken out of `kwargs`, and the cache if it came as `cache` (transformers >=
+        5.24)."""
+        token_type_ids = kwargs.pop("token_type_ids", None) if self.family.embeds_token_types else None
         self.family.check_inputs(kwargs)
         past_key_values = take_cache(past_key_values, kwargs)
         if (input_ids is None) ^ (inputs_embeds is not None):
@@ -145,8 +313,11 @@ class DecoderStackMixin(FreezeBaseMixin):
         position_embeddings = self.position_embeddings_for(inputs_embeds, position_ids)
         names = self.family.names
         if names.positions is not None:
-            positions = getattr(self, names.positions)(position_ids).to(inputs_embeds.device)
-            inputs_embeds = getattr(self, names.dropout)(inputs_embeds + positions)
+            inputs_embeds = inputs_embeds + getattr(self, names.positions)(position_ids).to(inputs_embeds.device)
+        if token_type_ids is not None:
+            inputs_embeds = inputs_embeds + getattr(self, names.embed)(token_type_ids)
+        if names.dropout is not None:
+            inputs_embeds = getattr(self, names.dropout)(inputs_embeds)
         return inputs_embeds, past_key_values, position_ids, masks, position_embeddings
 
     @property

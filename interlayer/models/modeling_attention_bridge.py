@@ -25,7 +25,8 @@ decoder, given no memory mask for a fixed-length memory and dispatching on `tgt_
 the encoder and decoders (`AttentionBridgeSeq2SeqMixin`: swaps them for the bridged ones and adds the language
 decoders). The stock forward passes are used as they are (they pass `**kwargs`, hence `tgt_lang`, to the encoder and
 the decoder). A family is its declaration in `families.py` (`Seq2SeqFamily`: its stock encoder, decoder, base model
-and LM); the classes at the end of this file, one per role and the LM, are written from it by `generate_classes.py`.
+and LM); the classes at the end of this file, one per role and the LM, are written from it by
+`python -m interlayer.generate_classes --fix` (the repository's class generator).
 """
 
 # first, before any transformers import: a clear error under transformers 4
@@ -53,7 +54,7 @@ from .zoo_common import (
 )
 
 # isort: split
-# --- begin generated imports (python -m interlayer.models.generate_classes --fix): do not edit ---
+# --- begin generated imports (python -m interlayer.generate_classes --fix): do not edit ---
 from transformers.models.bart.modeling_bart import BartDecoder, BartEncoder, BartForConditionalGeneration, BartModel
 from transformers.models.m2m_100.modeling_m2m_100 import (
     M2M100Decoder,
@@ -77,7 +78,7 @@ from .configuration_attention_bridge import (
     MBartAttentionBridgeConfig,
     T5AttentionBridgeConfig,
 )
-from .families import BART, M2M100, MARIAN, MBART, T5
+from .seq2seq_families import BART, M2M100, MARIAN, MBART, T5
 
 # --- end generated imports ---
 
@@ -599,7 +600,7 @@ __all__ = [
 ]
 
 
-# --- begin generated classes (python -m interlayer.models.generate_classes --fix): do not edit ---
+# --- begin generated classes (python -m interlayer.generate_classes --fix): do not edit ---
 class MarianAttentionBridgeEncoder(AttentionBridgeEncoderMixin, MarianEncoder):
     family = MARIAN
 

@@ -82,7 +82,7 @@ from .configuration_bridge import (
     RobertaBridgeConfig,
     XLMRobertaBridgeConfig,
 )
-from .families import BERT, DEBERTA_V2, ELECTRA, MODERNBERT, ROBERTA, XLM_ROBERTA, EncoderFamily, TaskHead
+from .encoder_families import BERT, DEBERTA_V2, ELECTRA, MODERNBERT, ROBERTA, XLM_ROBERTA, EncoderFamily, TaskHead
 from .zoo_common import (
     CACHE_KWARG,
     Fused,

@@ -52,19 +52,15 @@ import contextlib
 import torch
 from torch import nn
 from transformers import initialization as init
-from transformers.cache_utils import Cache
 from transformers.generation import GenerationMixin
-from transformers.modeling_outputs import BaseModelOutputWithPast
-from transformers.utils.generic import merge_with_config_defaults
-from transformers.utils.output_capturing import capture_outputs
 
 from .decoder_common import CausalLMMixin, DecoderLayerRolesMixin, DecoderStackMixin, FreezeBaseMixin
 from .hyper_connections_fast import FastHyperConnectionMixin, ForwardPassMachinery, RunningMaxAccumulator
 from .hyper_connections_maths import MHC_EPS, deepseek_comb, mhc_mixing, rms_norm, sinkhorn_knopp
-from .zoo_common import CACHE_KWARG, register_for_auto_classes, select_hidden_states, take_cache
+from .zoo_common import register_for_auto_classes
 
 # isort: split
-# --- begin generated imports (python -m interlayer.models.generate_classes --fix): do not edit ---
+# --- begin generated imports (python -m interlayer.generate_classes --fix): do not edit ---
 from transformers.models.gemma2.modeling_gemma2 import (
     Gemma2Attention,
     Gemma2DecoderLayer,
@@ -101,7 +97,7 @@ from .configuration_hyper_connections import (
     Qwen2MHCConfig,
     Qwen3MHCConfig,
 )
-from .families import GEMMA2, GEMMA3_TEXT, GPT2, LLAMA, MISTRAL, OLMO2, PHI3, QWEN2, QWEN3
+from .decoder_families import GEMMA2, GEMMA3_TEXT, GPT2, LLAMA, MISTRAL, OLMO2, PHI3, QWEN2, QWEN3
 
 # --- end generated imports ---
 
@@ -210,7 +206,7 @@ def hyper_connection_class(config) -> type[HyperConnection]:
 
 class HCDecoderLayerMixin(DecoderLayerRolesMixin):
     """A stock decoder layer whose two residual connections are hyper-connections around its family's branches
-    `F_attn` and `F_mlp` (put before the stock class)."""
+    `F_attn` and `F_mlp` (put before the stock class); it reads and returns streams `[B, T, K, C]`."""
 
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)
@@ -218,33 +214,9 @@ class HCDecoderLayerMixin(DecoderLayerRolesMixin):
         self.hc_attn = hyper_connection(config, layer_idx, "attn")
         self.hc_mlp = hyper_connection(config, layer_idx, "mlp")
 
-    def forward(
-        self,
-        hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        past_key_values: Cache | None = None,
-        use_cache: bool | None = False,
-        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
-        **kwargs,
-    ) -> torch.Tensor:
-        """As the stock layer on streams `[B, T, K, C]`: `h' = H_res h + H_post^T F(H_pre h)` around `F_attn`, then
-        around `F_mlp`."""
-        past_key_values = take_cache(past_key_values, kwargs)
-
-        def attention(x):
-            return self.attention_branch(
-                x,
-                attention_mask=attention_mask,
-                position_ids=position_ids,
-                past_key_values=past_key_values,
-                use_cache=use_cache,
-                position_embeddings=position_embeddings,
-                **kwargs,
-            )
-
-        streams = self.hc_attn(hidden_states, attention)
-        return self.hc_mlp(streams, self.mlp_branch)
+    def residual_block(self, streams: torch.Tensor, attention) -> torch.Tensor:
+        """`h' = H_res h + H_post^T F(H_pre h)` around `F_attn`, then around `F_mlp`."""
+        return self.hc_mlp(self.hc_attn(streams, attention), self.mlp_branch)
 
 
 class HCPreTrainedMixin(FreezeBaseMixin):
@@ -329,28 +301,7 @@ class HCModelMixin(HCPreTrainedMixin, DecoderStackMixin):
     def read_out(self, streams: torch.Tensor) -> torch.Tensor:
         return (streams * self.hc_read_out.to(streams.dtype).unsqueeze(-1)).sum(dim=-2)
 
-    def around_layers(self, attention_mask):
-        """The fast implementation's stream recomputation and composite-gain tracking around the layers of an eager
-        forward (`ForwardPassMachinery`); nothing for the equation (`hc_implementation="eager"`) and in compiled and
-        exported forwards, which cannot trace their Python-side state."""
-        if self.hc_machinery is None or torch.compiler.is_compiling():
-            return contextlib.nullcontext()
-        return self.hc_machinery.around_layers(self, attention_mask)
-
-    @merge_with_config_defaults
-    @capture_outputs
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        past_key_values: Cache | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        use_cache: bool | None = None,
-        output_hidden_states: bool | None = None,
-        **kwargs,
-    ) -> BaseModelOutputWithPast:
-        """As the stock model; `hidden_states` (when asked for) are the read-outs of the streams after each layer."""
+    def check_forward(self, kwargs: dict) -> None:
         built = "eager" if self.hc_machinery is None else "fast"
         if self.config.hc_implementation != built:
             raise ValueError(
@@ -358,36 +309,23 @@ class HCModelMixin(HCPreTrainedMixin, DecoderStackMixin):
                 f"whose hyper-connections are {built!r} (chosen when the model is built). Load it with the option "
                 f"instead: from_pretrained(..., hc_implementation={self.config.hc_implementation!r})."
             )
-        if output_hidden_states is None:
-            output_hidden_states = self.config.output_hidden_states
-        inputs_embeds, past_key_values, position_ids, masks, position_embeddings = self.prepare_inputs(
-            input_ids, inputs_embeds, attention_mask, position_ids, past_key_values, use_cache, kwargs
-        )
-        layer_types = self.layer_types
-        # every stream starts as the embedding: h [B, T, K, C]
-        streams = inputs_embeds.unsqueeze(-2).expand(*inputs_embeds.shape[:-1], self.config.hc_streams, -1)
-        all_hidden = [inputs_embeds] if output_hidden_states else None
-        with self.around_layers(attention_mask):
-            for i, decoder_layer in enumerate(self.stack_layers[: self.config.num_hidden_layers]):
-                streams = decoder_layer(
-                    streams,
-                    attention_mask=masks[layer_types[i]],
-                    position_embeddings=position_embeddings[layer_types[i]],
-                    position_ids=position_ids,
-                    use_cache=use_cache,
-                    **{CACHE_KWARG: past_key_values},  # the name the stock layer's checkpointing clears
-                    **kwargs,
-                )
-                if all_hidden is not None:
-                    all_hidden.append(self.read_out(streams))
-        hidden_states = self.final_norm(self.read_out(streams))
-        if all_hidden is not None:
-            all_hidden[-1] = hidden_states
-        return self.family.output_class(
-            last_hidden_state=hidden_states,
-            hidden_states=select_hidden_states(all_hidden, output_hidden_states),
-            **{CACHE_KWARG: past_key_values},
-        )
+
+    def enter_layers(self, inputs_embeds: torch.Tensor) -> torch.Tensor:
+        """Every stream starts as the embedding: `h` `[B, T, K, C]`."""
+        return inputs_embeds.unsqueeze(-2).expand(*inputs_embeds.shape[:-1], self.config.hc_streams, -1)
+
+    def read_state(self, streams: torch.Tensor) -> torch.Tensor:
+        """The read-out of the streams, `sum_k r_k h_k`: the hidden state recorded after each layer, and what the final
+        norm takes."""
+        return self.read_out(streams)
+
+    def around_layers(self, attention_mask):
+        """The fast implementation's stream recomputation and composite-gain tracking around the layers of an eager
+        forward (`ForwardPassMachinery`); nothing for the equation (`hc_implementation="eager"`) and in compiled and
+        exported forwards, which cannot trace their Python-side state."""
+        if self.hc_machinery is None or torch.compiler.is_compiling():
+            return contextlib.nullcontext()
+        return self.hc_machinery.around_layers(self, attention_mask)
 
 
 class HCForCausalLMMixin(HCPreTrainedMixin, CausalLMMixin):
@@ -397,8 +335,8 @@ class HCForCausalLMMixin(HCPreTrainedMixin, CausalLMMixin):
 __all__ = ["HyperConnection", "deepseek_comb", "sinkhorn_knopp"]
 
 
-# --- begin generated classes (python -m interlayer.models.generate_classes --fix): do not edit ---
-# each class has an `__init__` of its own: generate_classes.py says why
+# --- begin generated classes (python -m interlayer.generate_classes --fix): do not edit ---
+# each class has an `__init__` of its own, so that DeepSpeed's zero.Init partitions the mixin's parameters too
 class LlamaMHCDecoderLayer(HCDecoderLayerMixin, LlamaDecoderLayer):
     family = LLAMA
 

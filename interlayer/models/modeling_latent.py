@@ -46,23 +46,17 @@ from torch import nn
 from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.generation import GenerationMixin
-from transformers.modeling_outputs import BaseModelOutputWithPast
-from transformers.utils.generic import merge_with_config_defaults
-from transformers.utils.output_capturing import capture_outputs
 
-from .decoder_common import CausalLMMixin, DecoderLayerRolesMixin, DecoderStackMixin, FreezeBaseMixin
+from .decoder_common import CausalLMMixin, DecoderLayerRolesMixin, DecoderStackMixin, FreezeBaseMixin, StackRun
 from .zoo_common import (
-    CACHE_KWARG,
     StatsAccumulator,
     refuse_output_attentions,
     register_for_auto_classes,
     register_scalar_parameters,
-    select_hidden_states,
-    take_cache,
 )
 
 # isort: split
-# --- begin generated imports (python -m interlayer.models.generate_classes --fix): do not edit ---
+# --- begin generated imports (python -m interlayer.generate_classes --fix): do not edit ---
 from transformers.models.gemma2.modeling_gemma2 import Gemma2DecoderLayer, Gemma2ForCausalLM, Gemma2Model
 from transformers.models.gemma3.modeling_gemma3 import Gemma3DecoderLayer, Gemma3ForCausalLM, Gemma3TextModel
 from transformers.models.gpt2.modeling_gpt2 import GPT2Block, GPT2LMHeadModel, GPT2Model
@@ -84,7 +78,7 @@ from .configuration_latent import (
     Qwen2LatentConfig,
     Qwen3LatentConfig,
 )
-from .families import GEMMA2, GEMMA3_TEXT, GPT2, LLAMA, MISTRAL, OLMO2, PHI3, QWEN2, QWEN3
+from .decoder_families import GEMMA2, GEMMA3_TEXT, GPT2, LLAMA, MISTRAL, OLMO2, PHI3, QWEN2, QWEN3
 
 # --- end generated imports ---
 
@@ -200,7 +194,8 @@ class LatentDecoderLayerMixin(DecoderLayerRolesMixin):
     projection of a latent to the output of its MLP branch `F_mlp` (`latent_up`, `latent_gate`, on a target layer):
     `h + F_mlp(h) + sigmoid(g) * up(z)`, after the branch's post-norm and dropout in the families that have them."""
 
-    # each `LatentProjection` is an FSDP unit of its own (`_no_split_modules`: generate_classes.py says why)
+    # each `LatentProjection` is an FSDP unit of its own (`_no_split_modules`): the model's stock pass calls
+    # `latent_down` outside the layer's forward
 
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)
@@ -215,37 +210,16 @@ class LatentDecoderLayerMixin(DecoderLayerRolesMixin):
             self.latent_gate = nn.Parameter(torch.empty(1))  # (1,), not 0-d: FSDP2 shards no 0-d parameter
             self.stats = StatsAccumulator()
 
-    def forward(
-        self,
-        hidden_states: torch.Tensor,
-        latent: torch.Tensor | None = None,
-        *,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        past_key_values: Cache | None = None,
-        use_cache: bool | None = False,
-        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
-        latent_rows_from: int = 0,
-        **kwargs,
-    ) -> torch.Tensor:
-        """The stock layer; with `latent` (`[rows, seq, latent_dim]`), `sigmoid(gate) * up(latent)` is added to the
-        MLP branch's output of rows `latent_rows_from` onwards. `latent` is positional, beside `hidden_states`,
-        because reentrant gradient checkpointing passes gradients only to positional inputs: as a keyword its backward
-        would run into the (already used) graph of the stock pass that computed it."""
-        past_key_values = take_cache(past_key_values, kwargs)
-        hidden_states = hidden_states + self.attention_branch(
-            hidden_states,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            past_key_values=past_key_values,
-            use_cache=use_cache,
-            position_embeddings=position_embeddings,
-            **kwargs,
-        )
-        out = self.mlp_branch(hidden_states)
+    def residual_block(self, h: torch.Tensor, attention, latent=None, latent_rows_from: int = 0) -> torch.Tensor:
+        """The stock block; with `latent` (`[rows, seq, latent_dim]`), `sigmoid(gate) * up(latent)` is added to the
+        MLP branch's output of rows `latent_rows_from` onwards (both are layer inputs: reentrant gradient
+        checkpointing passes gradients only to positional inputs, and as a keyword the latent's backward would run
+        into the already used graph of the stock pass that computed it)."""
+        h = h + attention(h)
+        out = self.mlp_branch(h)
         if latent is not None:
             out = self._inject(out, latent, latent_rows_from)
-        return hidden_states + out
+        return h + out
 
     def _inject(self, out: torch.Tensor, latent: torch.Tensor, rows_from: int) -> torch.Tensor:
         adjustment = torch.sigmoid(self.latent_gate).to(out.dtype) * self.latent_up(latent.to(out.dtype))
@@ -333,20 +307,7 @@ class LatentModelMixin(LatentPreTrainedMixin, DecoderStackMixin):
                 "latent model keeps the stock pass's keys and values and the next token's latents beside its own."
             )
 
-    @merge_with_config_defaults
-    @capture_outputs
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        past_key_values: Cache | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        use_cache: bool | None = None,
-        output_hidden_states: bool | None = None,
-        **kwargs,
-    ) -> BaseModelOutputWithPast:
-        """As the stock model; `hidden_states` (when asked for) are those of the latent-applied pass."""
+    def check_forward(self, kwargs: dict) -> None:
         refuse_output_attentions(self, kwargs)
         if self.config.latent_source != self.passes.source:
             raise ValueError(
@@ -354,38 +315,19 @@ class LatentModelMixin(LatentPreTrainedMixin, DecoderStackMixin):
                 f"its passes for latent_source={self.passes.source!r} (chosen when the model is built). Load it with "
                 f"the option instead: from_pretrained(..., latent_source={self.config.latent_source!r})."
             )
-        if output_hidden_states is None:
-            output_hidden_states = self.config.output_hidden_states
-        inputs_embeds, cache, position_ids, masks, position_embeddings = self.prepare_inputs(
-            input_ids, inputs_embeds, attention_mask, position_ids, past_key_values, use_cache, kwargs
-        )
-        run = _Run(
-            model=self,
-            masks=masks,
-            position_embeddings=position_embeddings,
-            position_ids=position_ids,
-            cache=cache,
-            use_cache=use_cache,
-            token_mask=_token_mask(attention_mask, inputs_embeds),
-            hidden=[] if output_hidden_states else None,
-            kwargs=kwargs,
-        )
-        hidden_states = self.passes.forward(run, inputs_embeds)
-        hidden_states = self.final_norm(hidden_states)
-        if run.hidden is not None:
-            run.hidden[-1] = hidden_states
-        return self.family.output_class(
-            last_hidden_state=hidden_states,
-            hidden_states=select_hidden_states(run.hidden, output_hidden_states),
-            **{CACHE_KWARG: cache if use_cache else None},
-        )
+
+    def run_layers(self, inputs_embeds: torch.Tensor, run: StackRun) -> torch.Tensor:
+        """The two passes of `latent_source` (`LATENT_PASSES`); the hidden states recorded are the latent-applied
+        pass's."""
+        return self.passes.forward(_Run(run), inputs_embeds)
 
 
-def _token_mask(attention_mask, inputs_embeds) -> torch.Tensor | None:
-    """`[batch, seq, 1, 1]` booleans: which of the new tokens are real (None without a 2-d padding mask)."""
+def _token_mask(attention_mask, position_ids) -> torch.Tensor | None:
+    """`[batch, seq, 1, 1]` booleans: which of the new tokens (as many as `position_ids` has) are real (None without a
+    2-d padding mask)."""
     if not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() != 2:
         return None
-    return attention_mask[:, -inputs_embeds.shape[1] :].bool()[:, :, None, None]
+    return attention_mask[:, -position_ids.shape[-1] :].bool()[:, :, None, None]
 
 
 def _rows_twice(x):
@@ -469,34 +411,24 @@ LATENT_PASSES = {p.source: p for p in (PreviousPositionPasses, SamePositionPasse
 
 
 class _Run:
-    """One forward of a latent model: the layer loops its passes are made of (the stock pass, the latent pass, both
-    as one batched step)."""
+    """One forward of a latent model (`StackRun`): the layer loops its passes are made of (the stock pass, the latent
+    pass, both as one batched step)."""
 
-    def __init__(self, model, masks, position_embeddings, position_ids, cache, use_cache, token_mask, hidden, kwargs):
-        self.model = model
-        self.layers = model.stack_layers[: model.config.num_hidden_layers]
-        self.layer_types = model.layer_types
-        self.masks = masks
-        self.position_embeddings = position_embeddings
-        self.position_ids = position_ids
-        self.cache = cache
-        self.seen = cache.get_seq_length() if cache is not None else 0  # tokens the cache already holds
-        self.use_cache = use_cache
-        self.token_mask = token_mask
-        self.hidden = hidden
-        self.kwargs = kwargs
+    def __init__(self, run: StackRun):
+        self.stack = run
+        self.model = run.model
+        self.layers = run.model.stack_layers[: run.model.config.num_hidden_layers]
+        self.masks = run.masks
+        self.position_embeddings = run.position_embeddings
+        self.position_ids = run.position_ids
+        self.cache = run.cache
+        self.seen = run.cache.get_seq_length() if run.cache is not None else 0  # tokens the cache already holds
+        self.token_mask = _token_mask(run.attention_mask, run.position_ids)
+        self.hidden = run.hidden
 
     def _layer(self, i, x, cache, latent=None, latent_rows_from=0, masks=None, position_embeddings=None):
-        return self.layers[i](
-            x,
-            latent,
-            attention_mask=(masks or self.masks)[self.layer_types[i]],
-            position_embeddings=(position_embeddings or self.position_embeddings)[self.layer_types[i]],
-            position_ids=self.position_ids,
-            use_cache=self.use_cache and cache is not None,
-            latent_rows_from=latent_rows_from,
-            **{CACHE_KWARG: cache},  # the name the stock layer's checkpointing clears
-            **self.kwargs,
+        return self.stack.layer(
+            i, x, latent, latent_rows_from, cache=cache, masks=masks, position_embeddings=position_embeddings
         )
 
     def two_pass_caches(self):
@@ -631,8 +563,8 @@ register_scalar_parameters(["qwen3_latent", "llama_latent"], ["latent_gate"])
 __all__ = ["LatentCache"]
 
 
-# --- begin generated classes (python -m interlayer.models.generate_classes --fix): do not edit ---
-# each class has an `__init__` of its own: generate_classes.py says why
+# --- begin generated classes (python -m interlayer.generate_classes --fix): do not edit ---
+# each class has an `__init__` of its own, so that DeepSpeed's zero.Init partitions the mixin's parameters too
 class LlamaLatentDecoderLayer(LatentDecoderLayerMixin, LlamaDecoderLayer):
     family = LLAMA
 

@@ -8,14 +8,13 @@ query head h scales that head's attention output before the output projection:
 every gate is exactly 1 at conversion and the model is the stock model. The mechanism's own tensors are named
 `sentinel_*` (gates, head mask, and the U-Net skip fusions `sentinel_unet_fuse`).
 
-The mechanism is written once against where a family's layer keeps its attention heads (`families.Heads`, declared
-with the family in `families.py`: which module carries the gates, which projections hold the heads' weights and how);
-a family is that declaration plus its attention forward, which calls `SentinelGates.attend` where the stock forward
-calls the attention function.
+The mechanism is written once against where a family's layer keeps its attention heads (`families.Heads`), in
+sentinel_common.py; a family is that declaration plus its attention forward, which calls `SentinelGates.attend` where
+the stock forward calls the attention function. This file holds the decoders (BERT and RoBERTa are in
+modeling_sentinel_encoders.py).
 
-Reading order: the weight surgery, the gates, the U-Net skips, each family's attention and layer, the pre-trained
-mixin (statistics, pruning), the models and LM heads; at the end, the classes of the Llama-family decoders, which
-`generate_classes.py` writes from their family declarations.
+Reading order: each family's attention and layer, the LM head, the models; at the end, the classes of the Llama-family
+decoders, which `python -m interlayer.generate_classes --fix` writes from their family declarations.
 """
 
 from __future__ import annotations
@@ -25,27 +24,14 @@ from .zoo_requirements import MIN_TRANSFORMERS  # noqa: F401
 
 # isort: split
 
-import copy
-import math
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 from transformers import PreTrainedModel
-from transformers import initialization as init
-from transformers.cache_utils import Cache, DynamicCache
+from transformers.cache_utils import Cache
 from transformers.generation import GenerationMixin
-from transformers.loss.loss_utils import ForSequenceClassificationLoss
-from transformers.masking_utils import create_causal_mask
-from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast, ModelOutput
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-from transformers.models.bert.modeling_bert import (
-    BertLayer,
-    BertModel,
-    BertPreTrainedModel,
-    BertSelfAttention,
-)
-from transformers.models.bert.modeling_bert import eager_attention_forward as bert_eager_attention_forward
+from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 from transformers.models.gpt2.modeling_gpt2 import (
     GPT2Attention,
     GPT2Block,
@@ -57,211 +43,30 @@ from transformers.models.llama.modeling_llama import (
     apply_rotary_pos_emb,
 )
 from transformers.models.llama.modeling_llama import eager_attention_forward as llama_eager_attention_forward
-from transformers.models.roberta.modeling_roberta import (
-    RobertaLayer,
-    RobertaModel,
-    RobertaPreTrainedModel,
-    RobertaSelfAttention,
-)
 from transformers.pytorch_utils import Conv1D
 from transformers.utils.generic import can_return_tuple
 
-from .configuration_sentinel import BertSentinelConfig, GatedGPT2Config, GPT2SentinelConfig, RobertaSentinelConfig
-from .decoder_common import CausalLMMixin, DecoderStackMixin, build_stack
-from .families import BERT, GPT2, ROBERTA, DecoderFamily, EncoderFamily, Heads
+from .configuration_sentinel import GatedGPT2Config, GPT2SentinelConfig
+from .decoder_common import CausalLMMixin, DecoderLayerRolesMixin, DecoderStackMixin, StackRun
+from .decoder_families import GPT2
+from .sentinel_common import SentinelGates, SentinelPreTrainedMixin, UNetSkipMixin
 from .zoo_common import (
     CACHE_KWARG,
-    ZooModelMixin,
     refuse_output_attentions,
     register_for_auto_classes,
-    select_hidden_states,
     take_cache,
 )
 
 # isort: split
-# --- begin generated imports (python -m interlayer.models.generate_classes --fix): do not edit ---
+# --- begin generated imports (python -m interlayer.generate_classes --fix): do not edit ---
 from transformers.models.llama.modeling_llama import LlamaAttention, LlamaDecoderLayer, LlamaForCausalLM, LlamaModel
 from transformers.models.qwen2.modeling_qwen2 import Qwen2Attention, Qwen2DecoderLayer, Qwen2ForCausalLM, Qwen2Model
 from transformers.models.qwen3.modeling_qwen3 import Qwen3Attention, Qwen3DecoderLayer, Qwen3ForCausalLM, Qwen3Model
 
 from .configuration_sentinel import LlamaSentinelConfig, Qwen2SentinelConfig, Qwen3SentinelConfig
-from .families import LLAMA, QWEN2, QWEN3
+from .decoder_families import LLAMA, QWEN2, QWEN3
 
 # --- end generated imports ---
-
-
-def _head_features(heads: torch.Tensor, head_dim: int) -> torch.Tensor:
-    """The feature indices of the given head positions in a projection grouped by head."""
-    return (heads[:, None] * head_dim + torch.arange(head_dim, device=heads.device)).flatten()
-
-
-def _scaled_head_features(weight: torch.Tensor, gates: torch.Tensor, head_dim: int, dim: int) -> torch.Tensor:
-    """`weight` with each head's `head_dim` features along `dim` multiplied by that head's gate, computed in float32
-    and stored in the weight's dtype."""
-    shape = [1] * weight.dim()
-    shape[dim] = -1
-    scale = gates.repeat_interleave(head_dim).to(weight.device).view(shape)
-    return (weight.float() * scale).to(weight.dtype)
-
-
-def _feature_dims(module: nn.Module) -> tuple[int, int]:
-    """(output-feature dim, input-feature dim) of a projection's weight: `nn.Linear` (out, in), `Conv1D` (in, out)."""
-    if isinstance(module, Conv1D):
-        return 1, 0
-    if isinstance(module, nn.Linear):
-        return 0, 1
-    raise TypeError(f"sentinel pruning handles nn.Linear and Conv1D projections, got {type(module).__name__}")
-
-
-@torch.no_grad()
-def select_features(module: nn.Module, index: torch.Tensor, side: str) -> nn.Module:
-    """A copy of a projection keeping only the output (`side="out"`) or input (`side="in"`) features `index`: the
-    same class, dtype and device, the kept weights copied (the bias follows the output features)."""
-    out_dim, in_dim = _feature_dims(module)
-    dim = out_dim if side == "out" else in_dim
-    new = copy.copy(module)
-    new._parameters = dict(module._parameters)
-    new.weight = nn.Parameter(module.weight.index_select(dim, index).clone(), module.weight.requires_grad)
-    if side == "out" and module.bias is not None:
-        new.bias = nn.Parameter(module.bias.index_select(0, index).clone(), module.bias.requires_grad)
-    size = len(index)
-    if isinstance(module, Conv1D):
-        new.nf = size if side == "out" else module.nf
-        new.nx = size if side == "in" else module.nx
-    else:
-        new.out_features = size if side == "out" else module.out_features
-        new.in_features = size if side == "in" else module.in_features
-    return new
-
-
-def _replace(root: nn.Module, path: str, module: nn.Module) -> None:
-    parent, _, name = path.rpartition(".")
-    setattr(root.get_submodule(parent) if parent else root, name, module)
-
-
-def log_sigmoid(x: float) -> float:
-    """log(sigmoid(x)) without overflow or underflow for any finite x."""
-    return -math.log1p(math.exp(-x)) if x >= 0 else x - math.log1p(math.exp(x))
-
-
-class SentinelGates:
-    """The gates of one attention module (mixed into a family's attention class, before the stock class).
-
-    `sentinel_gate_logits` holds one logit per remaining query head; `sentinel_head_mask` (0/1, saved with the
-    model) switches heads off without removing them (the controller's "masked" state). `head_ids` are the original
-    indices of the remaining query heads, `kv_head_ids` those of the remaining key/value heads. While every
-    remaining group of query heads has the same size the stock grouped attention runs; once pruning leaves groups of
-    different sizes, each query head gets its own copy of its group's key and value (`kv_for_head`), after the
-    cache, so the cache keeps only the remaining key/value heads.
-    """
-
-    def setup_sentinel(self, config, layer_idx: int) -> None:
-        heads, kv_heads = config.heads_in_layer(layer_idx), config.kv_heads_in_layer(layer_idx)
-        self.sentinel_group = config.num_attention_heads // config.num_kv_heads
-        self.register_buffer("head_ids", torch.tensor(heads, dtype=torch.long), persistent=False)
-        self.register_buffer("kv_head_ids", torch.tensor(kv_heads, dtype=torch.long), persistent=False)
-        # the buffers are derived from the config at construction, so that a model built without weight initialisation
-        # (`no_init_weights`, as `from_pretrained` builds one under DeepSpeed ZeRO-3) has them right; `_init_weights`
-        # fills them again for a model built on the meta device
-        self.register_buffer("kv_for_head", self.kv_positions(), persistent=False)
-        self.sentinel_gate_logits = nn.Parameter(torch.empty(len(heads)))
-        self.register_buffer("sentinel_head_mask", torch.ones(len(heads)))
-        # log sigmoid(sentinel_gate_init), which identity_init divides out; kept in log space, where it is finite for
-        # every init (sigmoid(-104) is 0 in float32, and a gate of 0/0 is NaN)
-        self.gate_log_scale = log_sigmoid(float(config.sentinel_gate_init)) if config.identity_init else 0.0
-        self.measure_entropy = False
-        # the gates this module applied in its last forward, for the loss's L1 term (`_forward_gate_l1`)
-        self.forward_gates: torch.Tensor | None = None
-        self.last_entropy: torch.Tensor | None = None
-        self.last_entropy_tokens: torch.Tensor | None = None
-        self._set_head_counts(heads, kv_heads)
-
-    def _set_head_counts(self, heads: list[int], kv_heads: list[int]) -> None:
-        """Head counts and the grouping after construction or pruning (`kv_for_head` is set beside them)."""
-        self.num_heads, self.num_kv_heads = len(heads), len(kv_heads)
-        sizes = [sum(h // self.sentinel_group == kv for h in heads) for kv in kv_heads]
-        self.uniform_groups = len(set(sizes)) <= 1
-        self.num_key_value_groups = sizes[0] if self.uniform_groups and sizes else 1
-
-    def kv_positions(self) -> torch.Tensor:
-        """For each remaining query head, the position of its key/value head among the remaining ones."""
-        return torch.searchsorted(self.kv_head_ids, self.head_ids // self.sentinel_group)
-
-    def learned_gates(self) -> torch.Tensor:
-        """sigmoid(logit_h) (divided by its initial value under identity_init): the gate without the head mask.
-        Computed as exp(log sigmoid(logit_h) - log sigmoid(init)) in float32, so that a gate at its initial logit is
-        1 for any init and in any dtype of the weights (in fp16, sigmoid(-20) is already 0)."""
-        logits = self.sentinel_gate_logits
-        return torch.exp(nn.functional.logsigmoid(logits.float()) - self.gate_log_scale).to(logits.dtype)
-
-    def gates(self) -> torch.Tensor:
-        """g_h = the learned gate times the head mask (0 for a masked head)."""
-        return self.learned_gates() * self.sentinel_head_mask
-
-    def no_heads(self, out_projection: nn.Module, hidden_states: torch.Tensor, past_key_values) -> torch.Tensor:
-        """The attention output of a layer whose every head is pruned: the output projection of nothing, its bias
-        (or zeros), as a tensor of its own (not a view of the bias: under no_grad such a view would be a leaf that
-        requires grad without a grad function, and in-place updates downstream would write into the bias); the
-        cache still advances, with no heads."""
-        batch, seq = hidden_states.shape[:2]
-        if past_key_values is not None:
-            empty = hidden_states.new_zeros(batch, 0, seq, self.head_dim)
-            past_key_values.update(empty, empty, self.layer_idx)
-        if out_projection.bias is None:
-            return torch.zeros_like(hidden_states)
-        return torch.zeros_like(hidden_states) + out_projection.bias
-
-    def attend(self, query, key, value, attention_mask, eager_fallback, **kwargs):
-        """The stock attention function on (batch, heads, seq, head_dim) states, then the gates: returns the heads'
-        outputs `(batch, seq, heads, head_dim)` scaled by their gates, and the attention weights."""
-        if not self.uniform_groups:
-            key, value = key.index_select(1, self.kv_for_head), value.index_select(1, self.kv_for_head)
-        attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_fallback)
-        attn_output, attn_weights = attention_interface(self, query, key, value, attention_mask, **kwargs)
-        # a serving engine's attention function returns (tokens, heads * head_dim): the gates need the heads apart
-        attn_output = attn_output.reshape(query.shape[0], query.shape[2], query.shape[1], -1)
-        if self.measure_entropy:
-            self.last_entropy = self._entropy(query, key, attention_mask, kwargs.get("scaling", self.scaling))
-        # seed section 2.1: head h's output scaled by its gate before the output projection
-        self.forward_gates = gates = self.gates()
-        return attn_output * gates.view(1, 1, -1, 1).to(attn_output.dtype), attn_weights
-
-    @torch.no_grad()
-    def _entropy(self, query, key, attention_mask, scaling) -> torch.Tensor:
-        """Mean attention entropy per query head (nats) over the real query tokens, for the controller; computed
-        only when asked for. Masked key positions get no probability; query positions that are padding are left out
-        of the mean. A query is padding when the mask hides its own key position (causal attention always allows it
-        for a real token), which holds for right and left padding and with a cache. The number of real queries is
-        kept in `last_entropy_tokens` for averaging over batches."""
-        key = key.repeat_interleave(query.shape[1] // key.shape[1], dim=1)
-        scores = query @ key.transpose(-1, -2) * scaling
-        q_len, k_len = scores.shape[-2:]
-        if attention_mask is None:
-            allowed = torch.ones(q_len, k_len, dtype=torch.bool, device=scores.device)[None, None]
-            allowed = allowed.tril(k_len - q_len) if self.is_causal else allowed
-        elif attention_mask.dtype == torch.bool:
-            allowed = attention_mask
-        else:
-            allowed = attention_mask == 0
-        scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
-        probs = scores.softmax(-1)
-        entropy = -(probs * probs.clamp(min=1e-12).log()).sum(-1)  # (batch, heads, queries)
-        real = allowed.diagonal(k_len - q_len, dim1=-2, dim2=-1).to(entropy.dtype)  # (batch or 1, 1, queries)
-        real = real.expand(entropy.shape[0], 1, q_len)
-        tokens = real.sum()
-        self.last_entropy_tokens = tokens
-        return (entropy * real).sum(dim=(0, 2)) / tokens.clamp(min=1)
-
-    @torch.no_grad()
-    def resize_heads(self, keep: torch.Tensor, kv_heads: list[int]) -> None:
-        """Keep the query heads at positions `keep` and the key/value heads `kv_heads` (original indices): the
-        gates, masks and bookkeeping (the projections are cut by the model's `prune_heads`)."""
-        self.sentinel_gate_logits = nn.Parameter(self.sentinel_gate_logits[keep].clone())
-        self.sentinel_head_mask = self.sentinel_head_mask[keep].clone()
-        self.head_ids = self.head_ids[keep].clone()
-        self.kv_head_ids = torch.tensor(kv_heads, dtype=torch.long, device=self.head_ids.device)
-        self.kv_for_head = self.kv_positions()
-        self._set_head_counts(self.head_ids.tolist(), kv_heads)
 
 
 class GPT2SentinelAttention(SentinelGates, GPT2Attention):
@@ -350,158 +155,29 @@ class DecoderSentinelAttention(SentinelGates):
         return self.o_proj(attn_output), attn_weights
 
 
-class EncoderSentinelSelfAttention(SentinelGates):
-    """The BERT family's self-attention (BERT, RoBERTa) with one sentinel gate per head: the stock forward, with
-    `attend` in place of the attention function. Its output projection is the sibling `attention.output.dense`."""
-
-    def __init__(self, config, is_causal=False, layer_idx=None):
-        super().__init__(config, is_causal=is_causal, layer_idx=layer_idx)
-        self.head_dim = self.attention_head_size
-        self.setup_sentinel(config, layer_idx)
-        if self.num_heads != config.num_attention_heads:
-            self.query, self.key, self.value = (
-                nn.Linear(config.hidden_size, self.num_heads * self.head_dim) for _ in range(3)
-            )
-
-    def forward(self, hidden_states, attention_mask=None, past_key_values=None, **kwargs):
-        take_cache(past_key_values, kwargs)  # an encoder keeps no cache; not passed on to the attention function
-        input_shape = hidden_states.shape[:-1]
-        if self.num_heads == 0:  # the output projection (with no inputs) then adds only its bias
-            return hidden_states.new_zeros(*input_shape, 0), None
-        hidden_shape = (*input_shape, -1, self.head_dim)
-        query, key, value = (
-            m(hidden_states).view(hidden_shape).transpose(1, 2) for m in (self.query, self.key, self.value)
-        )
-        attn_output, attn_weights = self.attend(
-            query,
-            key,
-            value,
-            attention_mask,
-            bert_eager_attention_forward,
-            dropout=0.0 if not self.training else self.dropout.p,
-            scaling=self.scaling,
-            **kwargs,
-        )
-        return attn_output.reshape(*input_shape, -1).contiguous(), attn_weights
-
-
-class BertSentinelSelfAttention(EncoderSentinelSelfAttention, BertSelfAttention):
-    def __init__(self, *args, **kwargs):  # its own, so that DeepSpeed's zero.Init partitions the gates too
-        super().__init__(*args, **kwargs)  # (`generate_classes.py` says why)
-
-
-class RobertaSentinelSelfAttention(EncoderSentinelSelfAttention, RobertaSelfAttention):
-    def __init__(self, *args, **kwargs):  # as BertSentinelSelfAttention
-        super().__init__(*args, **kwargs)
-
-
-class UNetSkipFusion(nn.Linear):
-    """The U-Net skip fusion `Linear([h_dec; h_enc]) -> d` (seed section 2.2), zero at initialisation.
-
-    Its own class, so that `_init_weights` finds it: transformers' init walks every module, but skips a module
-    without parameters of its own (the block) in custom code, so an init written for the block never ran."""
-
-    def __init__(self, hidden_size: int):
-        super().__init__(2 * hidden_size, hidden_size)
-
-
-def unet_skip_source(config, layer_idx: int) -> int | None:
-    """The encoder layer whose output layer `layer_idx` fuses, or None (seed section 2.2).
-
-    The seed pairs encoder layer j with decoder layer L-1-j (0-based; its "encoder layer i to decoder layer N-i+1")
-    for the floor(L/2) outermost pairs: decoder layers i >= L - floor(L/2) take the output of layer L-1-i. With odd
-    L the middle layer has no skip. The fusion acts on the decoder layer's output, so every pair joins two
-    different states; with even L the first decoder layer L/2 joins its output with its input (a skip around one
-    block), never a state with itself."""
-    num_layers = config.num_hidden_layers
-    if not config.unet_skips or layer_idx < num_layers - num_layers // 2:
-        return None
-    return num_layers - 1 - layer_idx
-
-
-def unet_skip_scale(config, layer_idx: int) -> float:
-    """Depth-scaled factor of a skip: `unet_skip_scale * (L - i) / floor(L/2)` for decoder layer i. The first
-    decoder layer gets `unet_skip_scale`, each deeper one a step less, the last `unet_skip_scale / floor(L/2)`:
-    the seed's "scaling factors that vary by layer depth ... later layers receive more conservative skip
-    connection contributions" (its copies used 0.01 to 0.1; 0.1 on 12 layers gives 0.1 down to 0.017)."""
-    num_layers = config.num_hidden_layers
-    return float(config.unet_skip_scale) * (num_layers - layer_idx) / (num_layers // 2)
-
-
-class UNetSkipMixin:
-    """A layer that may own a U-Net skip fusion on its output (seed section 2.2), for the model's loop to feed."""
-
-    def setup_unet(self, config, layer_idx: int) -> None:
-        self.unet_source = unet_skip_source(config, layer_idx)
-        self.sentinel_unet_fuse = None
-        if self.unet_source is not None:
-            self.sentinel_unet_fuse = UNetSkipFusion(config.hidden_size)
-            self.unet_scale = unet_skip_scale(config, layer_idx)
-
-    def apply_unet(self, hidden_states: torch.Tensor, skip: torch.Tensor | None) -> torch.Tensor:
-        if self.sentinel_unet_fuse is None:
-            return hidden_states
-        # seed section 2.2: h'_dec = h_dec + s_i * Linear([h_dec; h_enc]); the fusion starts at zero
-        return hidden_states + self.unet_scale * self.sentinel_unet_fuse(torch.cat([hidden_states, skip], dim=-1))
-
-
-class GPT2SentinelBlock(UNetSkipMixin, GPT2Block):
-    """A stock GPT-2 block whose attention is gated; decoder-half blocks own a U-Net skip fusion on their output."""
-
-    def __init__(self, config, layer_idx):
-        super().__init__(config, layer_idx=layer_idx)
-        self.attn = GPT2SentinelAttention(config, layer_idx)
-        self.setup_unet(config, layer_idx)
-
-    def forward(self, hidden_states, past_key_values=None, attention_mask=None, skip=None, **kwargs):
-        return self.apply_unet(super().forward(hidden_states, past_key_values, attention_mask, **kwargs), skip)
-
-
-class DecoderSentinelLayerMixin(UNetSkipMixin):
-    """A stock Llama-family decoder layer with gated attention and, in the decoder half, a U-Net skip fusion."""
+class DecoderSentinelLayerMixin(UNetSkipMixin, DecoderLayerRolesMixin):
+    """A stock decoder layer (GPT-2's block, a Llama-family layer) with gated attention (`attention_class`, under the
+    family's attention name) and, in the decoder half, a U-Net skip fusion on its output."""
 
     attention_class: type
 
     def __init__(self, config, layer_idx):
         super().__init__(config, layer_idx)
-        self.self_attn = self.attention_class(config, layer_idx)
+        setattr(self, self.family.heads.attention, self.attention_class(config, layer_idx))
         self.setup_unet(config, layer_idx)
 
-    def forward(self, hidden_states, skip=None, **kwargs):
-        return self.apply_unet(super().forward(hidden_states, **kwargs), skip)
+    def residual_block(self, h: torch.Tensor, attention, skip: torch.Tensor | None = None) -> torch.Tensor:
+        return self.apply_unet(super().residual_block(h, attention), skip)
 
 
-class EncoderSentinelLayerMixin:
-    """A stock BERT-family layer whose self-attention is gated (and, once pruned, its output projection smaller)."""
+class GPT2SentinelBlock(DecoderSentinelLayerMixin, GPT2Block):
+    """A stock GPT-2 block whose attention is gated; decoder-half blocks own a U-Net skip fusion on their output."""
 
-    attention_class: type
+    family = GPT2
+    attention_class = GPT2SentinelAttention
 
-    def __init__(self, config, layer_idx=None):
-        super().__init__(config, layer_idx=layer_idx)
-        self.attention.self = self.attention_class(config, is_causal=False, layer_idx=layer_idx)
-        heads = self.attention.self.num_heads
-        if heads != config.num_attention_heads:
-            self.attention.output.dense = nn.Linear(heads * self.attention.self.head_dim, config.hidden_size)
-
-
-class BertSentinelLayer(EncoderSentinelLayerMixin, BertLayer):
-    attention_class = BertSentinelSelfAttention
-
-
-class RobertaSentinelLayer(EncoderSentinelLayerMixin, RobertaLayer):
-    attention_class = RobertaSentinelSelfAttention
-
-
-@dataclass
-class SentinelSequenceClassifierOutput(ModelOutput):
-    """Sequence-classification output; `loss` is `task_loss + gate_l1_loss` when labels are given."""
-
-    loss: torch.FloatTensor | None = None
-    logits: torch.FloatTensor | None = None
-    hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    attentions: tuple[torch.FloatTensor, ...] | None = None
-    task_loss: torch.FloatTensor | None = None
-    gate_l1_loss: torch.FloatTensor | None = None
+    def __init__(self, config, layer_idx):
+        super().__init__(config, layer_idx)
 
 
 @dataclass
@@ -511,269 +187,6 @@ class SentinelCausalLMOutput(CausalLMOutputWithPast):
 
     lm_loss: torch.FloatTensor | None = None
     gate_l1_loss: torch.FloatTensor | None = None
-
-
-class SentinelPreTrainedMixin(ZooModelMixin):
-    """Init, statistics and pruning shared by every sentinel model (put before the stock pre-trained class). A class
-    declares its `family` (`families.py`), which says where the base model keeps its layers and where a layer keeps
-    its attention heads."""
-
-    mechanism_name = "Sentinel gates"
-    mechanism_param_prefix = "sentinel_"  # the gates and the mask (`sentinel_gate_logits`), the U-Net skip fusions
-    renamed_parameters = {"unet_fuse": "sentinel_unet_fuse"}  # the fusions' name until 2026-11-24
-    family: DecoderFamily | EncoderFamily
-    # why the family's stock attention cannot take fewer heads of the same size from its config (empty: it can, with
-    # the config's `head_dim`)
-    stock_head_count_limit: str = ""
-
-    @torch.no_grad()
-    def _init_weights(self, module):
-        super()._init_weights(module)
-        if isinstance(module, SentinelGates):
-            heads = self.config.heads_in_layer(module.layer_idx)
-            kv_heads = self.config.kv_heads_in_layer(module.layer_idx)
-            init.constant_(module.sentinel_gate_logits, float(self.config.sentinel_gate_init))
-            init.ones_(module.sentinel_head_mask)
-            init.copy_(module.head_ids, torch.tensor(heads))
-            init.copy_(module.kv_head_ids, torch.tensor(kv_heads))
-            init.copy_(module.kv_for_head, module.kv_positions())
-        elif isinstance(module, UNetSkipFusion):
-            # after the generic nn.Linear init above: the fusion starts at zero, so skips leave the stock model as is
-            init.zeros_(module.weight)
-            init.zeros_(module.bias)
-
-    @property
-    def sentinel_roles(self) -> Heads:
-        """Where a layer keeps the gated attention, the projections of its heads and its output projection."""
-        return self.family.heads
-
-    @property
-    def sentinel_layers(self) -> list[nn.Module]:
-        return list(self.base_model.get_submodule(self.family.layer_path))
-
-    @property
-    def gated_attentions(self) -> list[SentinelGates]:
-        return [layer.get_submodule(self.sentinel_roles.attention) for layer in self.sentinel_layers]
-
-    def gate_values(self) -> list[torch.Tensor]:
-        """Current gate of every remaining head, one tensor per layer (layers may have different head counts)."""
-        return [attn.gates().detach() for attn in self.gated_attentions]
-
-    def gate_l1(self) -> torch.Tensor:
-        """The seed's L1 pressure: the sum of all gate values (section 4.1)."""
-        return sum(attn.gates().sum() for attn in self.gated_attentions if attn.num_heads)
-
-    def _forward_gate_l1(self) -> torch.Tensor:
-        """`gate_l1()` of the gates the attentions applied in the forward that just ran (the loss's term), taken (and
-        cleared) from what each attention recorded in its forward: the loss then reads no parameter outside its
-        layer's forward, where FSDP2 (`fully_shard`) and DeepSpeed ZeRO-3 hold it sharded. A record without the
-        gradient the gates need (reentrant activation checkpointing runs the forward without gradients and again in
-        the backward) is replaced by the gates computed here."""
-        total = 0
-        for attn in self.gated_attentions:
-            gates, attn.forward_gates = attn.forward_gates, None
-            if not attn.num_heads:
-                continue
-            needs_grad = torch.is_grad_enabled() and attn.sentinel_gate_logits.requires_grad
-            if gates is None or (needs_grad and not gates.requires_grad):
-                gates = attn.gates()
-            total = total + gates.sum()
-        return total
-
-    @torch.no_grad()
-    def head_weight_norms(self) -> list[torch.Tensor]:
-        """Norm of each remaining query head's own weights, one tensor per layer: its query rows, the key and value
-        rows of its key/value head (shared within a group) and its input columns of the output projection."""
-        roles, out = self.sentinel_roles, []
-        for layer in self.sentinel_layers:
-            attn = layer.get_submodule(roles.attention)
-            d, nq, nkv = attn.head_dim, attn.num_heads, attn.num_kv_heads
-            weights = []
-            for path in roles.qkv:
-                module = layer.get_submodule(path)
-                out_dim, _ = _feature_dims(module)
-                weights.append(module.weight.movedim(out_dim, 0).float())
-            rows = torch.cat(weights).pow(2).sum(1)  # per output feature, [q | k | v]
-            q = rows[: nq * d].view(nq, d).sum(1)
-            k = rows[nq * d : (nq + nkv) * d].view(nkv, d).sum(1)
-            v = rows[(nq + nkv) * d :].view(nkv, d).sum(1)
-            o_module = layer.get_submodule(roles.out)
-            _, in_dim = _feature_dims(o_module)
-            o = o_module.weight.movedim(in_dim, 0).float().pow(2).sum(1).view(nq, d).sum(1)
-            kv = attn.kv_positions()
-            out.append((q + k[kv] + v[kv] + o).sqrt().cpu())
-        return out
-
-    def prune_heads(self, heads: dict[int, list[int]]) -> None:
-        """Remove query heads structurally (by original index per layer): their rows of the query projection and
-        columns of the output projection; a key/value head goes (its rows of the key and value projections) only
-        once every query head of its group is pruned. Recorded in `config.pruned_heads`, so a saved model reloads
-        with the smaller shapes. A pruned head computes exactly what a gate of zero lets through."""
-        attentions = self.gated_attentions
-        heads = {int(layer): list(layer_heads) for layer, layer_heads in heads.items()}
-        for layer, layer_heads in heads.items():  # everything checked before anything is pruned
-            if not 0 <= layer < len(attentions):
-                raise ValueError(f"prune_heads: layer {layer} does not exist; layers are 0..{len(attentions) - 1}.")
-            unknown = set(layer_heads) - set(attentions[layer].head_ids.tolist())
-            if unknown:
-                raise ValueError(
-                    f"prune_heads: layer {layer} has no heads {sorted(unknown)}; remaining heads are "
-                    f"{attentions[layer].head_ids.tolist()}."
-                )
-        roles, layers = self.sentinel_roles, self.sentinel_layers
-        for layer, layer_heads in heads.items():
-            self.config.pruned_heads[layer] = sorted(set(self.config.pruned_heads.get(layer, [])) | set(layer_heads))
-            attn, block = attentions[layer], layers[layer]
-            device = attn.head_ids.device
-            keep = torch.tensor(
-                [i for i, h in enumerate(attn.head_ids.tolist()) if h not in set(layer_heads)], dtype=torch.long
-            ).to(device)
-            kv_heads = self.config.kv_heads_in_layer(layer)
-            keep_kv = torch.tensor([attn.kv_head_ids.tolist().index(h) for h in kv_heads], dtype=torch.long)
-            q_rows = _head_features(keep, attn.head_dim)
-            kv_rows = _head_features(keep_kv.to(device), attn.head_dim)
-            if len(roles.qkv) == 1:  # fused [q | k | v]
-                q_size, kv_size = attn.num_heads * attn.head_dim, attn.num_kv_heads * attn.head_dim
-                rows = torch.cat([q_rows, kv_rows + q_size, kv_rows + q_size + kv_size])
-                _replace(block, roles.qkv[0], select_features(block.get_submodule(roles.qkv[0]), rows, "out"))
-            else:
-                for path, rows in zip(roles.qkv, (q_rows, kv_rows, kv_rows)):
-                    _replace(block, path, select_features(block.get_submodule(path), rows, "out"))
-            _replace(block, roles.out, select_features(block.get_submodule(roles.out), q_rows, "in"))
-            attn.resize_heads(keep, kv_heads)
-
-    def prune_masked_heads(self) -> dict[int, list[int]]:
-        """Structurally remove every head whose mask is 0 (switched off by the controller); returns them."""
-        masked = {
-            attn.layer_idx: [h for h, m in zip(attn.head_ids.tolist(), attn.sentinel_head_mask.tolist()) if m == 0]
-            for attn in self.gated_attentions
-        }
-        masked = {layer: heads for layer, heads in masked.items() if heads}
-        self.prune_heads(masked)
-        return masked
-
-    @torch.no_grad()
-    def stock_export(self) -> tuple[dict, dict[str, torch.Tensor]]:
-        """The stock checkpoint that computes what this model computes (see `ZooModelMixin.stock_export`): each
-        remaining head's gate folded into its input columns of the output projection, and, after pruning, either
-        the head counts in the config (a family whose stock attention takes fewer heads at the same head size) or,
-        for one that cannot (`stock_head_count_limit`: GPT-2, BERT, RoBERTa), every pruned head put back as a zero
-        head (`restore_pruned_heads`): the stock config's head count, the pruned function, the unpruned cost.
-        Refused, saying why, when layers keep different numbers of heads or groups of different sizes (prune with
-        `uniform=True`) in a family of the first kind, or when U-Net skips have left zero (no stock class has
-        them)."""
-        c, name = self.config, type(self).__name__
-        family = f"stock {c.sentinel_family}"
-        fusions = [getattr(layer, "sentinel_unet_fuse", None) for layer in self.sentinel_layers]
-        fusions = [f for f in fusions if f is not None]
-        if any(bool(f.weight.any() or f.bias.any()) for f in fusions):
-            raise ValueError(
-                f"{name} cannot be exported as a {family} checkpoint: its U-Net skips (unet_skips=True) have been "
-                "trained away from zero, and no stock class joins one layer's output into another's."
-            )
-        attns = self.gated_attentions
-        if self.stock_head_count_limit and any(a.num_heads != c.num_attention_heads for a in attns):
-            return {}, self.restore_pruned_heads()
-        counts = [(a.num_heads, a.num_kv_heads) for a in attns]
-        if len(set(counts)) > 1:
-            raise ValueError(
-                f"{name} cannot be exported as a {family} checkpoint: its layers keep different numbers of "
-                f"(query, key/value) heads {counts}, and a stock config has one head count for every layer. Prune "
-                "with `uniform=True` (`interlayer prune --uniform`)."
-            )
-        heads, kv_heads = counts[0]
-        if heads == 0:
-            raise ValueError(f"{name} cannot be exported as a {family} checkpoint: every attention head is pruned.")
-        for attn in attns:
-            grouped = torch.arange(heads, device=attn.kv_for_head.device) // (heads // kv_heads)
-            if heads % kv_heads or not torch.equal(attn.kv_for_head, grouped):
-                raise ValueError(
-                    f"{name} cannot be exported as a {family} checkpoint: layer {attn.layer_idx} keeps query heads "
-                    f"{attn.head_ids.tolist()} of key/value heads {attn.kv_head_ids.tolist()}, groups of different "
-                    "sizes that stock grouped-query attention cannot express. Prune whole groups (`uniform=True`)."
-                )
-        state = self.state_dict()
-        names = {module: path for path, module in self.named_modules()}
-        for layer, attn in zip(self.sentinel_layers, attns):
-            gates = attn.gates().float()
-            if bool((gates == 1).all()):
-                continue  # the identity: the stock weights as they are, bit for bit
-            out = layer.get_submodule(self.sentinel_roles.out)
-            _, in_dim = _feature_dims(out)
-            state[f"{names[out]}.weight"] = _scaled_head_features(out.weight, gates, attn.head_dim, in_dim)
-        changes = {}
-        if heads != c.num_attention_heads:
-            changes = {"num_attention_heads": heads, "num_key_value_heads": kv_heads, "head_dim": attns[0].head_dim}
-        return changes, state
-
-    @torch.no_grad()
-    def restore_pruned_heads(self) -> dict[str, torch.Tensor]:
-        """The state dict at the unpruned shapes: each remaining head's rows of the query, key and value projections
-        and its gate-scaled input columns of the output projection back at its original position, every pruned head
-        zero there (its output projection columns zero, so it adds exactly nothing). Families without grouped
-        key/value heads only (each query head has its own key and value head)."""
-        c, roles = self.config, self.sentinel_roles
-        state = self.state_dict()
-        names = {module: path for path, module in self.named_modules()}
-        for layer, attn in zip(self.sentinel_layers, self.gated_attentions):
-            if not torch.equal(attn.kv_head_ids, attn.head_ids):
-                raise ValueError(
-                    f"restore_pruned_heads: layer {attn.layer_idx} shares key/value heads between query heads "
-                    f"({attn.kv_head_ids.tolist()} for {attn.head_ids.tolist()}); only families with one key/value "
-                    "head per query head put pruned heads back"
-                )
-            full, d = c.num_attention_heads, attn.head_dim
-            rows = _head_features(attn.head_ids, d)
-            qkv = [layer.get_submodule(path) for path in roles.qkv]
-            blocks = 3 if len(qkv) == 1 else 1  # one fused [q | k | v] projection, or one module each
-            for module in qkv:
-                out_dim, _ = _feature_dims(module)
-                index = torch.cat([rows + b * full * d for b in range(blocks)])
-                for key, dim in (("weight", out_dim), ("bias", 0)):
-                    kept = getattr(module, key)
-                    if kept is None:
-                        continue
-                    shape = list(kept.shape)
-                    shape[dim] = blocks * full * d
-                    state[f"{names[module]}.{key}"] = kept.new_zeros(shape).index_copy(dim, index, kept)
-            out = layer.get_submodule(roles.out)
-            _, in_dim = _feature_dims(out)
-            kept = _scaled_head_features(out.weight, attn.gates().float(), d, in_dim)
-            shape = list(kept.shape)
-            shape[in_dim] = full * d
-            state[f"{names[out]}.weight"] = kept.new_zeros(shape).index_copy(in_dim, rows, kept)
-        return state
-
-    def mechanism_summary(self) -> str:
-        c = self.config
-        pruned = sum(len(v) for v in c.pruned_heads.values())
-        total = c.num_hidden_layers * c.num_attention_heads
-        skips = (
-            " U-Net skips fuse the output of layer L-1-i into the output of each layer i >= L - floor(L/2), scaled "
-            "by depth."
-            if c.unet_skips
-            else ""
-        )
-        return (
-            f"Sentinel-gated {c.sentinel_family} (interlayer, seed 001): a learnable gate per attention head scales "
-            f"that head's output before `{self.sentinel_roles.out.rpartition('.')[2]}`; an L1 term (weight "
-            f"{c.gate_l1}) pushes gates down. {pruned} of {total} heads are structurally pruned.{skips} Stock weight "
-            "names; the mechanism's tensors (gates, head mask, skip fusions) are named `sentinel_*`."
-        )
-
-    def mechanism_state(self) -> dict[str, float]:
-        """Every gate by layer and original head (`sentinel/L3/gate_h5`), and head counts."""
-        out = {}
-        masked = 0
-        for attn in self.gated_attentions:
-            gates = attn.gates().detach().float().cpu().tolist()
-            for head, value in zip(attn.head_ids.tolist(), gates):
-                out[f"sentinel/L{attn.layer_idx}/gate_h{head}"] = value
-            masked += int((attn.sentinel_head_mask == 0).sum())
-        out["sentinel/heads_active"] = float(sum(a.num_heads for a in self.gated_attentions) - masked)
-        out["sentinel/heads_masked"] = float(masked)
-        out["sentinel/heads_pruned"] = float(sum(len(v) for v in self.config.pruned_heads.values()))
-        return out
 
 
 class SentinelLMHeadMixin:
@@ -833,6 +246,33 @@ class SentinelLMHeadMixin:
         )
 
 
+class DecoderSentinelPreTrainedMixin(SentinelPreTrainedMixin):
+    def apply_freeze_base(self) -> None:
+        """The sentinel mechanism has no `freeze_base`: the gates train with the model."""
+
+
+class DecoderSentinelModelMixin(DecoderSentinelPreTrainedMixin, DecoderStackMixin):
+    """A decoder with sentinel-gated attention and optional U-Net skips: the family's stock embeddings, layers, norm
+    and rotary embedding, in the decoder stack's forward; a decoder-half layer fuses the output of its encoder-half
+    layer (`unet_source`)."""
+
+    def check_forward(self, kwargs: dict) -> None:
+        refuse_output_attentions(self, kwargs)
+
+    def layer_inputs(self, i: int, run: StackRun) -> tuple:
+        source = self.stack_layers[i].unet_source
+        return (run.saved["outputs"][source] if source is not None else None,)
+
+    def after_layer(self, i: int, output: torch.Tensor, run: StackRun) -> torch.Tensor:
+        if self.config.unet_skips:  # the outputs the decoder half's skips read
+            run.saved.setdefault("outputs", []).append(output)
+        return output
+
+
+class DecoderSentinelLMMixin(SentinelLMHeadMixin, DecoderSentinelPreTrainedMixin, CausalLMMixin):
+    """The stock causal-LM head (and tying) on a sentinel decoder; the loss adds the gates' L1 pressure."""
+
+
 class GPT2SentinelPreTrainedMixin(SentinelPreTrainedMixin):
     config_class = GPT2SentinelConfig
     family = GPT2
@@ -840,18 +280,15 @@ class GPT2SentinelPreTrainedMixin(SentinelPreTrainedMixin):
     _no_split_modules = ["GPT2SentinelBlock"]
 
 
-class GPT2SentinelModel(GPT2SentinelPreTrainedMixin, GPT2Model):
+class GPT2SentinelModel(DecoderSentinelModelMixin, GPT2SentinelPreTrainedMixin, GPT2Model):
     """GPT-2 with sentinel-gated attention and optional U-Net skips: the stock stack of the `GPT2` family (embeddings,
-    blocks, final norm), its own forward (which takes `token_type_ids`, as stock GPT-2 does)."""
+    blocks, final norm) and its forward, which takes `token_type_ids` as stock GPT-2 does."""
+
+    decoder_layer_class = GPT2SentinelBlock
 
     def __init__(self, config: GPT2SentinelConfig):
-        PreTrainedModel.__init__(self, config)
-        self.embed_dim = config.hidden_size
-        build_stack(self, self.family, config, GPT2SentinelBlock)
-        self.gradient_checkpointing = False
-        self.post_init()
+        super().__init__(config)
 
-    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -864,56 +301,17 @@ class GPT2SentinelModel(GPT2SentinelPreTrainedMixin, GPT2Model):
         output_hidden_states: bool | None = None,
         **kwargs,
     ) -> BaseModelOutputWithPast:
-        if output_hidden_states is None:
-            output_hidden_states = self.config.output_hidden_states
-        past_key_values = take_cache(past_key_values, kwargs)
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
-        refuse_output_attentions(self, kwargs)
-        use_cache = self.config.use_cache if use_cache is None else use_cache
-        if self.gradient_checkpointing and self.training:
-            use_cache = False
-        if use_cache and past_key_values is None:
-            past_key_values = DynamicCache(config=self.config)
-        if inputs_embeds is None:
-            inputs_embeds = self.wte(input_ids)
-        if position_ids is None:
-            past_seen = past_key_values.get_seq_length() if past_key_values is not None else 0
-            position_ids = (torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device) + past_seen)[None]
-        hidden_states = inputs_embeds + self.wpe(position_ids)
-        causal_mask = create_causal_mask(
-            config=self.config,
-            inputs_embeds=inputs_embeds,
+        """The decoder stack's forward with stock GPT-2's inputs in stock GPT-2's order."""
+        return super().forward(
+            input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            **{CACHE_KWARG: past_key_values},
-        )
-        if token_type_ids is not None:
-            hidden_states = hidden_states + self.wte(token_type_ids)
-        hidden_states = self.drop(hidden_states)
-
-        outputs = []
-        all_hidden = (hidden_states,) if output_hidden_states else None
-        for block in self.h:
-            skip = outputs[block.unet_source] if block.unet_source is not None else None
-            hidden_states = block(
-                hidden_states,
-                past_key_values if use_cache else None,
-                causal_mask,
-                skip,
-                position_ids=position_ids,
-                **kwargs,
-            )
-            outputs.append(hidden_states)
-            if output_hidden_states:
-                all_hidden = all_hidden + (hidden_states,)
-        hidden_states = self.ln_f(hidden_states)
-        if output_hidden_states:
-            all_hidden = all_hidden[:-1] + (hidden_states,)
-        return BaseModelOutputWithPast(
-            last_hidden_state=hidden_states,
-            hidden_states=select_hidden_states(all_hidden, output_hidden_states),
-            **{CACHE_KWARG: past_key_values if use_cache else None},
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            output_hidden_states=output_hidden_states,
+            token_type_ids=token_type_ids,
+            **kwargs,
         )
 
 
@@ -961,209 +359,26 @@ class GPT2SentinelLMHeadModel(SentinelLMHeadMixin, GPT2SentinelPreTrainedMixin, 
         )
 
 
-class DecoderSentinelPreTrainedMixin(SentinelPreTrainedMixin):
-    def apply_freeze_base(self) -> None:
-        """The sentinel mechanism has no `freeze_base`: the gates train with the model."""
-
-
-class DecoderSentinelModelMixin(DecoderSentinelPreTrainedMixin, DecoderStackMixin):
-    """A Llama-family decoder with sentinel-gated attention and optional U-Net skips; stock embeddings, layers,
-    norm and rotary embedding."""
-
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        past_key_values: Cache | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        use_cache: bool | None = None,
-        output_hidden_states: bool | None = None,
-        **kwargs,
-    ) -> BaseModelOutputWithPast:
-        if output_hidden_states is None:
-            output_hidden_states = self.config.output_hidden_states
-        refuse_output_attentions(self, kwargs)
-        use_cache = self.config.use_cache if use_cache is None else use_cache
-        if self.gradient_checkpointing and self.training:
-            use_cache = False
-        inputs_embeds, cache, position_ids, masks, position_embeddings = self.prepare_inputs(
-            input_ids, inputs_embeds, attention_mask, position_ids, past_key_values, use_cache, kwargs
-        )
-        hidden_states = inputs_embeds
-        outputs = []
-        all_hidden = (hidden_states,) if output_hidden_states else None
-        for layer, layer_type in zip(self.layers, self.layer_types):
-            hidden_states = layer(
-                hidden_states,
-                # positional, so that reentrant activation checkpointing passes its gradient
-                outputs[layer.unet_source] if layer.unet_source is not None else None,
-                attention_mask=masks[layer_type],
-                position_ids=position_ids,
-                use_cache=use_cache,
-                position_embeddings=position_embeddings[layer_type],
-                **{CACHE_KWARG: cache},
-                **kwargs,
-            )
-            outputs.append(hidden_states)
-            if output_hidden_states:
-                all_hidden = all_hidden + (hidden_states,)
-        hidden_states = self.norm(hidden_states)
-        if output_hidden_states:
-            all_hidden = all_hidden[:-1] + (hidden_states,)
-        return BaseModelOutputWithPast(
-            last_hidden_state=hidden_states,
-            hidden_states=select_hidden_states(all_hidden, output_hidden_states),
-            **{CACHE_KWARG: cache if use_cache else None},
-        )
-
-
-class DecoderSentinelLMMixin(SentinelLMHeadMixin, DecoderSentinelPreTrainedMixin, CausalLMMixin):
-    """The stock causal-LM head (and tying) on a sentinel decoder; the loss adds the gates' L1 pressure."""
-
-
-class EncoderSentinelPreTrainedMixin(SentinelPreTrainedMixin):
-    stock_head_count_limit = "the stock self-attention derives its head size as hidden_size / num_attention_heads"
-
-
-class EncoderSentinelModelMixin(EncoderSentinelPreTrainedMixin):
-    """A BERT-family encoder with sentinel-gated self-attention: the family's stock embeddings, encoder (its layers
-    gated) and pooler, and the stock forward."""
-
-    layer_class: type
-
-    def __init__(self, config, add_pooling_layer: bool = True):
-        PreTrainedModel.__init__(self, config)
-        self.config = config
-        self.gradient_checkpointing = False
-        self.embeddings = self.family.embeddings(config)
-        self.encoder = self.family.encoder(config)
-        self.encoder.layer = nn.ModuleList(
-            [self.layer_class(config, layer_idx=i) for i in range(config.num_hidden_layers)]
-        )
-        self.pooler = self.family.pooler(config) if add_pooling_layer else None
-        self.post_init()
-
-
-class EncoderSentinelForSequenceClassificationMixin(EncoderSentinelPreTrainedMixin):
-    """Sequence classification on a sentinel encoder with the family's stock head (`family.sequence_head`); the loss
-    adds the gates' L1 pressure."""
-
-    pipeline_tag = "text-classification"
-    # the loss is a batch mean that ignores `num_items_in_batch`: the Trainer divides it for gradient accumulation
-    accepts_loss_kwargs = False
-    family: EncoderFamily
-    base_class: type
-
-    def __init__(self, config):
-        PreTrainedModel.__init__(self, config)
-        self.num_labels = config.num_labels
-        self.config = config
-        head = self.family.sequence_head
-        setattr(self, self.base_model_prefix, self.base_class(config, add_pooling_layer=head.uses_pooler))
-        head.build(self, config)
-        self.post_init()
-
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        **kwargs,
-    ) -> SentinelSequenceClassifierOutput:
-        outputs = self.base_model(
-            input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            return_dict=True,
-            **kwargs,
-        )
-        logits = self.family.sequence_head.logits(self, outputs, attention_mask)
-        loss = task_loss = l1 = None
-        if labels is not None:
-            task_loss = ForSequenceClassificationLoss(labels, logits, self.config)
-            l1 = self.config.gate_l1 * self._forward_gate_l1()
-            loss = task_loss + l1
-        return SentinelSequenceClassifierOutput(
-            loss=loss,
-            logits=logits,
-            hidden_states=outputs.hidden_states,
-            attentions=outputs.attentions,
-            task_loss=task_loss,
-            gate_l1_loss=l1,
-        )
-
-
-class BertSentinelModel(EncoderSentinelModelMixin, BertModel):
-    config_class = BertSentinelConfig
-    family = BERT
-    layer_class = BertSentinelLayer
-    _no_split_modules = ["BertEmbeddings", "BertSentinelLayer"]
-
-
-class BertSentinelForSequenceClassification(EncoderSentinelForSequenceClassificationMixin, BertPreTrainedModel):
-    config_class = BertSentinelConfig
-    family = BERT
-    base_class = BertSentinelModel
-    _no_split_modules = ["BertEmbeddings", "BertSentinelLayer"]
-
-
-class RobertaSentinelModel(EncoderSentinelModelMixin, RobertaModel):
-    config_class = RobertaSentinelConfig
-    family = ROBERTA
-    layer_class = RobertaSentinelLayer
-    _no_split_modules = ["RobertaEmbeddings", "RobertaSentinelLayer"]
-
-
-class RobertaSentinelForSequenceClassification(EncoderSentinelForSequenceClassificationMixin, RobertaPreTrainedModel):
-    config_class = RobertaSentinelConfig
-    family = ROBERTA
-    base_class = RobertaSentinelModel
-    _no_split_modules = ["RobertaEmbeddings", "RobertaSentinelLayer"]
-
-
 register_for_auto_classes(GPT2SentinelConfig, AutoModel=GPT2SentinelModel, AutoModelForCausalLM=GPT2SentinelLMHeadModel)
-register_for_auto_classes(
-    BertSentinelConfig,
-    AutoModel=BertSentinelModel,
-    AutoModelForSequenceClassification=BertSentinelForSequenceClassification,
-)
-register_for_auto_classes(
-    RobertaSentinelConfig,
-    AutoModel=RobertaSentinelModel,
-    AutoModelForSequenceClassification=RobertaSentinelForSequenceClassification,
-)
 
 # the names the GPT-2 classes had before the rename, still documented and importable
 GatedGPT2Model = GPT2SentinelModel
 GatedGPT2LMHeadModel = GPT2SentinelLMHeadModel
 
 __all__ = [
-    "BertSentinelForSequenceClassification",
-    "BertSentinelModel",
     "GPT2SentinelAttention",
     "GPT2SentinelLMHeadModel",
     "GPT2SentinelModel",
     "GatedGPT2Config",
     "GatedGPT2LMHeadModel",
     "GatedGPT2Model",
-    "RobertaSentinelForSequenceClassification",
-    "RobertaSentinelModel",
     "SentinelCausalLMOutput",
-    "SentinelSequenceClassifierOutput",
     "SentinelGates",
 ]
 
 
-# --- begin generated classes (python -m interlayer.models.generate_classes --fix): do not edit ---
-# each class has an `__init__` of its own: generate_classes.py says why
+# --- begin generated classes (python -m interlayer.generate_classes --fix): do not edit ---
+# each class has an `__init__` of its own, so that DeepSpeed's zero.Init partitions the mixin's parameters too
 class LlamaSentinelAttention(DecoderSentinelAttention, LlamaAttention):
     def __init__(self, config, layer_idx):
         super().__init__(config, layer_idx)

@@ -574,6 +574,7 @@ class ZooModelMixin:
                 if not (isinstance(c, WeightRenaming) and c._original_source_patterns[0] in renames)
             ]
         model.finish_loading(info)
+        model.refuse_uninitialised(info["missing_keys"])
         library = interlayer_library()
         if getattr(model.config, "base_model_name_or_path", None) == str(source):
             model.config.base_model_name_or_path = _recorded_source(source)
@@ -591,6 +592,36 @@ class ZooModelMixin:
     def finish_loading(self, info: dict) -> None:
         """What a mechanism does once `from_pretrained` has loaded the weights (`info`: transformers' loading info,
         with `missing_keys`); nothing by default."""
+
+    def _move_missing_keys_from_meta_to_device(self, missing_keys, *args, **kwargs):
+        """As transformers does it; then the mechanism's tensors a checkpoint lacks start as NaN instead of whatever
+        memory held, so that one its `_init_weights` never reaches (inside a container transformers' init skips)
+        shows (`refuse_uninitialised`) rather than passing as a value."""
+        super()._move_missing_keys_from_meta_to_device(missing_keys, *args, **kwargs)
+        parameters = dict(self.named_parameters())
+        with torch.no_grad():
+            for name in missing_keys:
+                tensor = parameters.get(name)
+                if tensor is not None and self.is_mechanism_parameter(name) and tensor.is_floating_point():
+                    tensor.fill_(float("nan"))
+
+    def refuse_uninitialised(self, missing_keys) -> None:
+        """Refuse (RuntimeError) a loaded model with a mechanism tensor the checkpoint lacked and no init reached
+        (still the NaN it started as): a bug in the mechanism's `_init_weights`, which would only show as NaN
+        outputs later."""
+        parameters = dict(self.named_parameters())
+        missing = set(missing_keys)
+        left = [
+            name
+            for name, tensor in parameters.items()
+            if name in missing and tensor.is_floating_point() and tensor.numel() and torch.isnan(tensor).all()
+        ]
+        if left:
+            raise RuntimeError(
+                f"{type(self).__name__}: no initialisation reached {left} (the checkpoint lacks them and "
+                f"`_init_weights` left them as they were made): initialise them in the mechanism's `_init_weights`, "
+                "on a module of their own or on the module that holds them."
+            )
 
     def is_untrained_conversion(self, state_dict: dict | None = None) -> bool:
         """True while every parameter (the stock ones and the mechanism's) still holds the value it had when this model

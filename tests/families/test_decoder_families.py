@@ -6,6 +6,7 @@ refused by name."""
 import pytest
 import torch
 from batches import lm_batch
+from conformance_cases import examples
 from stock_checkpoints import (
     build_stock_gemma2,
     build_stock_gemma3,
@@ -18,6 +19,8 @@ from stock_checkpoints import (
 from transformers import Phi3ForCausalLM
 
 from interlayer import ZOO, Gemma2MHCForCausalLM, Gemma3TextLatentForCausalLM, Phi3MHCForCausalLM, convert
+from interlayer.mechanisms import MECHANISMS as RECORDS
+from interlayer.mechanisms import DecoderClasses
 
 FAMILIES = {
     "qwen2": build_stock_qwen2,
@@ -28,13 +31,14 @@ FAMILIES = {
     "gemma3_text": build_stock_gemma3,
     "gpt2": build_stock_gpt2_decoder,
 }
-MECHANISMS = ("hyper-connections", "latent")
-# options under which the mechanism changes the function; recurrent latents are defined by their cache, so the
-# latent cells compare the two modes whose cached generation must equal recomputation
-ACTIVE = {
-    "hyper-connections": dict(hc_mode="dynamic", hc_init_noise=0.3),
-    "latent": dict(identity_init=False, latent_gate_init=2.0),
-}
+# the mechanisms whose classes are generated on every decoder family (their records' spec), each acting as on its
+# record's distributed example
+MECHANISMS = [
+    record.name
+    for record in RECORDS.values()
+    if isinstance(record.classes, DecoderClasses) and record.classes.families is None
+]
+ACTIVE = {tiny.record.name: tiny.options for tiny in examples(distributed=True).values()}
 
 
 @pytest.fixture(scope="module")
@@ -144,13 +148,20 @@ def test_phi3_residual_dropout_is_inside_the_branches(stock_folders):
         assert not torch.allclose(model(**batch).logits, expected, atol=1e-4)
 
 
-def test_gpt2_inputs_the_stack_does_not_take_are_refused(stock_folders):
-    folder, _ = stock_folders["gpt2"]
-    model = entry("latent", "gpt2", "causal-lm").model_class.from_pretrained(folder).eval()
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_gpt2_token_types_are_embedded_as_stock_and_cross_attention_inputs_refused(stock_folders, mechanism):
+    """GPT-2's stack adds the token embedding of `token_type_ids` to its input, as stock GPT-2 does (at identity: the
+    stock logits with and without them); the cross-attention inputs it has no layers for are refused by name, and a
+    cross-attention config by the family."""
+    folder, stock = stock_folders["gpt2"]
+    model = entry(mechanism, "gpt2", "causal-lm").model_class.from_pretrained(folder).eval()
     batch = lm_batch()
+    types = (torch.arange(batch["input_ids"].shape[1]) % 2).expand_as(batch["input_ids"])
     with torch.no_grad():
-        model(**batch, token_type_ids=None)  # the stock head passes None
-        with pytest.raises(ValueError, match="token_type_ids.*not supported by the zoo's gpt2 models"):
-            model(**batch, token_type_ids=torch.zeros_like(batch["input_ids"]))
+        for token_types in (None, types):
+            expected = stock(**batch, token_type_ids=token_types).logits
+            torch.testing.assert_close(model(**batch, token_type_ids=token_types).logits, expected)
+        with pytest.raises(ValueError, match="encoder_hidden_states.*not supported by the zoo's gpt2 models"):
+            model(**batch, encoder_hidden_states=torch.zeros(3, 2, 32))
     with pytest.raises(ValueError, match="gpt2 family.*add_cross_attention=True.*no cross-attention"):
-        entry("hyper-connections", "gpt2", "causal-lm").model_class.from_pretrained(folder, add_cross_attention=True)
+        entry(mechanism, "gpt2", "causal-lm").model_class.from_pretrained(folder, add_cross_attention=True)

@@ -1,18 +1,20 @@
-"""Every family of `families.py` names modules its stock model has: an encoder's stock embeddings, encoder and
-pooler classes, the layers where it says, of the stock layer class, and in each layer the attention, the
-query/key/value and output projections its heads are laid out in, the head count and size it reads, and a pre-norm
-encoder's attention norm; a seq2seq family's encoder, decoder and the class owning them. The sentinel and the bridges
-read their roles from these declarations (each mechanism's conformance suite runs them on every family)."""
+"""Every family (`decoder_families.py`, `encoder_families.py`, `seq2seq_families.py`) names modules its stock model
+has: an encoder's stock embeddings, encoder and pooler classes, the layers where it says, of the stock layer class,
+and in each layer the attention, the query/key/value and output projections its heads are laid out in, the head count
+and size it reads, and a pre-norm encoder's attention norm; a seq2seq family's encoder, decoder and the class owning
+them. The sentinel and the bridges read their roles from these declarations (each mechanism's conformance suite runs
+them on every family)."""
 
 import pytest
 from stock_checkpoints import TINY_BART, TINY_DECODER, TINY_T5, tiny_stock_config
 from transformers import AutoModel
 
-from interlayer.models import families
-from interlayer.models.families import DecoderFamily, EncoderFamily, Seq2SeqFamily
-from interlayer.models.modeling_sentinel import _feature_dims
+from interlayer.models.decoder_families import DECODER_FAMILIES
+from interlayer.models.encoder_families import ENCODER_FAMILIES, EncoderFamily
+from interlayer.models.sentinel_common import _feature_dims
+from interlayer.models.seq2seq_families import SEQ2SEQ_FAMILIES
 
-FAMILIES = [v for v in vars(families).values() if isinstance(v, (DecoderFamily, EncoderFamily))]
+FAMILIES = [*DECODER_FAMILIES, *ENCODER_FAMILIES]
 
 
 def _stock_base_model(family):
@@ -49,9 +51,7 @@ def test_the_family_names_its_stock_modules(family):
             layer.get_submodule(family.attention_norm)
 
 
-@pytest.mark.parametrize(
-    "family", [v for v in vars(families).values() if isinstance(v, Seq2SeqFamily)], ids=lambda f: f.model_type
-)
+@pytest.mark.parametrize("family", SEQ2SEQ_FAMILIES, ids=lambda f: f.model_type)
 def test_the_seq2seq_family_names_its_stock_modules(family):
     """The stock LM's encoder and decoder are the declared classes, held by the base model, or (`lm_owns_stack`, T5)
     by the LM itself."""

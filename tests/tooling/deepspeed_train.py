@@ -30,18 +30,22 @@ from transformers.integrations import is_deepspeed_zero3_enabled
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the fixtures in tests/
 
 from batches import lm_batch  # noqa: E402
-from multiprocess_train import CASES as MULTIPROCESS_CASES  # noqa: E402
+from conformance_cases import examples  # noqa: E402
 from multiprocess_train import EPOCHS, EXAMPLES, Rows, stock_folder  # noqa: E402
+from multiprocess_train import cases as multiprocess_cases  # noqa: E402
 from stock_checkpoints import build_stock_llama  # noqa: E402
 
 import interlayer  # noqa: E402
 
-# one class of every mechanism: hyper-connections, latent back-projection, cross-layer bridges, sentinel gates (with
-# the gate L1 term), attention bridges
-CASES = {
-    name: MULTIPROCESS_CASES[name]
-    for name in ("llama_mhc_dynamic", "llama_latent", "roberta_bridge", "sentinel_gpt2", "marian_attention_bridge")
-}
+
+def cases() -> dict[str, tuple]:
+    """The multi-process cases (`multiprocess_train.cases()`) of the distributed example of every mechanism's record
+    (`conformance_cases.examples(distributed=True)`)."""
+    every = multiprocess_cases()
+    return {name: every[name] for name in examples(distributed=True)}
+
+
+CASES = cases()
 LOAD_CASE = "zero3_init_load"
 
 

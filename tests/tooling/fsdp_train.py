@@ -25,22 +25,19 @@ from torch.distributed.tensor import DTensor
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the fixtures in tests/
 
 from batches import lm_batch, pair_batch, source_batch, target_labels  # noqa: E402
-from conformance_cases import MODERNBERT_ACTIVE, ROBERTA_ACTIVE, TINY_BRIDGE  # noqa: E402
-from multiprocess_train import GATED, NO_DROPOUT  # noqa: E402
-from stock_checkpoints import (  # noqa: E402
-    build_stock_gpt2,
-    build_stock_llama,
-    build_stock_marian,
-    build_stock_roberta,
-    encoder_builder,
-)
+from conformance_cases import examples, kind, no_dropout  # noqa: E402
+from stock_checkpoints import encoder_builder  # noqa: E402
 
 import interlayer  # noqa: E402
 
 EXAMPLES = 8
 STEPS = 3
 LR = 1e-3
-CASE_LR = {"modernbert_bridge": 3e-4}  # at 1e-3 the tiny ModernBERT's loss overshoots and ends above its start
+CASE_LR = {"modernbert_qkv_bridge": 3e-4}  # at 1e-3 the tiny ModernBERT's loss overshoots and ends above its start
+# each row padded by at most 2 tokens where the family has a sliding window that short (`batches.PAIR_LENGTHS`)
+PAIR_LENGTHS = {
+    "modernbert": ((6, 5), (6, 4), (5, 4), (5, 5), (6, 3), (4, 5), (6, 5), (5, 4)),
+}
 
 
 def lm_rows():
@@ -49,17 +46,14 @@ def lm_rows():
     return batch
 
 
-def pair_rows():
-    batch = pair_batch("roberta", ((6, 5), (4, 3), (2, 2), (5, 6), (3, 3), (6, 4), (2, 5), (4, 4)))
-    batch["labels"] = torch.arange(EXAMPLES) % 3
-    return batch
+def pair_rows(family):
+    def rows():
+        lengths = PAIR_LENGTHS.get(family, ((6, 5), (4, 3), (2, 2), (5, 6), (3, 3), (6, 4), (2, 5), (4, 4)))
+        batch = pair_batch(family, lengths)
+        batch["labels"] = torch.arange(EXAMPLES) % 3
+        return batch
 
-
-def modernbert_pair_rows():
-    """Each row padded by at most 2 tokens (the tiny ModernBERT's sliding window, `batches.PAIR_LENGTHS`)."""
-    batch = pair_batch("modernbert", ((6, 5), (6, 4), (5, 4), (5, 5), (6, 3), (4, 5), (6, 5), (5, 4)))
-    batch["labels"] = torch.arange(EXAMPLES) % 3
-    return batch
+    return rows
 
 
 def seq2seq_rows():
@@ -68,41 +62,35 @@ def seq2seq_rows():
     return batch
 
 
-# name: (stock builder, zoo class, options, rows); one model class of each mechanism
-CASES = {
-    "llama_mhc": (
-        build_stock_llama,
-        interlayer.LlamaMHCForCausalLM,
-        dict(hc_mode="dynamic", hc_init_noise=0.1, **NO_DROPOUT["decoder"]),
-        lm_rows,
-    ),
-    "llama_latent": (
-        build_stock_llama,
-        interlayer.LlamaLatentForCausalLM,
-        dict(identity_init=False, latent_source="same_position", latent_source_layers=[1, 2], **NO_DROPOUT["decoder"]),
-        lm_rows,
-    ),
-    "roberta_bridge": (
-        build_stock_roberta,
-        interlayer.RobertaBridgeForSequenceClassification,
-        dict(ROBERTA_ACTIVE, hdim_token_temp=1.0, bridge_dropout=0.0, **NO_DROPOUT["encoder"]),
-        pair_rows,
-    ),
-    # pre-norm: the bridge reads a layer's output through the next layer's attention norm
-    "modernbert_bridge": (
-        encoder_builder("modernbert"),
-        interlayer.ModernBertBridgeForSequenceClassification,
-        dict(MODERNBERT_ACTIVE, bridge_mode="qkv", bridge_dropout=0.0),  # no dropout by default
-        modernbert_pair_rows,
-    ),
-    "sentinel_gpt2": (build_stock_gpt2, interlayer.GPT2SentinelLMHeadModel, GATED, lm_rows),
-    "marian_attention_bridge": (
-        build_stock_marian,
-        interlayer.MarianAttentionBridgeForConditionalGeneration,
-        dict(bridge_layers=["transformer", "perceiver"], **TINY_BRIDGE, **NO_DROPOUT["marian"]),
-        seq2seq_rows,
-    ),
-}
+def rows_for(family: str):
+    family_kind = kind(family)
+    return lm_rows if family_kind == "decoder" else seq2seq_rows if family_kind == "seq2seq" else pair_rows(family)
+
+
+MODERNBERT = interlayer.ModernBertBridgeForSequenceClassification
+
+
+def cases() -> dict[str, tuple]:
+    """`{name: (stock builder, zoo class, options, rows)}`: the distributed example of every mechanism's record, and the
+    bridges on ModernBERT's pre-norm layers, where the bridge reads a layer's output through the next layer's attention
+    norm."""
+    registry = {
+        name: (
+            tiny.build_stock,
+            tiny.model_class,
+            {**tiny.options, **no_dropout(tiny.model_class)},
+            rows_for(tiny.example.family),
+        )
+        for name, tiny in examples(distributed=True).items()
+    }
+    modernbert = {**examples()["ModernBertBridge"].options, "bridge_mode": "qkv", **no_dropout(MODERNBERT)}
+    return {
+        **registry,
+        "modernbert_qkv_bridge": (encoder_builder("modernbert"), MODERNBERT, modernbert, pair_rows("modernbert")),
+    }
+
+
+CASES = cases()
 
 
 def shard(model, mesh) -> list[str]:

@@ -24,15 +24,8 @@ from transformers import Trainer, TrainingArguments, default_data_collator
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the fixtures in tests/
 
 from batches import lm_batch, lm_labels, pair_batch, source_batch, target_labels  # noqa: E402
-from conformance_cases import BERT_ACTIVE, ROBERTA_ACTIVE, TINY_BRIDGE  # noqa: E402
-from stock_checkpoints import (  # noqa: E402
-    build_stock_bert,
-    build_stock_gpt2,
-    build_stock_llama,
-    build_stock_marian,
-    build_stock_qwen3,
-    build_stock_roberta,
-)
+from conformance_cases import examples, kind, no_dropout  # noqa: E402
+from stock_checkpoints import build_stock_gpt2  # noqa: E402
 
 import interlayer  # noqa: E402
 from interlayer.callbacks import MechanismStatsCallback, mean_tensor_over_ranks  # noqa: E402
@@ -42,13 +35,6 @@ EXAMPLES = 8
 EPOCHS = 4
 LM_LENGTHS = (12, 9, 5, 12, 7, 12, 3, 10)
 PAIR_LENGTHS = ((6, 5), (4, 3), (2, 2), (5, 6), (3, 3), (6, 4), (2, 5), (4, 4))
-
-NO_DROPOUT = {
-    "gpt2": dict(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0),
-    "encoder": dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, classifier_dropout=0.0),
-    "decoder": dict(attention_dropout=0.0),
-    "marian": dict(dropout=0.0, attention_dropout=0.0, activation_dropout=0.0),
-}
 
 
 def lm_rows():
@@ -72,6 +58,12 @@ def seq2seq_rows():
     return batch
 
 
+def rows_for(family: str):
+    """The 8 training examples of a family's tiny model."""
+    family_kind = kind(family)
+    return lm_rows if family_kind == "decoder" else seq2seq_rows if family_kind == "seq2seq" else pair_rows(family)
+
+
 def sentinel_controller():
     # entropies and gate gradients are read and acted on at every step from step 1
     return SentinelControllerCallback(warmup_steps=1, update_frequency=1, entropy_threshold=1.0, grad_threshold=1.0)
@@ -81,75 +73,34 @@ def progressive_growth():
     return ProgressiveGrowthCallback(start_active=0.25, grow_per_epoch=0.25, target_active=1.0, warmup_steps=2)
 
 
-GATED = dict(identity_init=False, unet_skips=True, gate_l1=1e-4, **NO_DROPOUT["gpt2"])
+def registry_case(tiny) -> tuple:
+    return (
+        tiny.build_stock,
+        tiny.model_class,
+        {**tiny.options, **no_dropout(tiny.model_class)},
+        rows_for(tiny.example.family),
+        (),
+    )
 
-# name: (stock builder, zoo class, options, rows, callbacks)
-CASES = {
-    "roberta_bridge": (
-        build_stock_roberta,
-        interlayer.RobertaBridgeForSequenceClassification,
-        dict(ROBERTA_ACTIVE, bridge_dropout=0.0, **NO_DROPOUT["encoder"]),
-        pair_rows("roberta"),
-        (),
-    ),
-    "bert_bridge": (
-        build_stock_bert,
-        interlayer.BertBridgeForSequenceClassification,
-        dict(BERT_ACTIVE, bridge_dropout=0.0, **NO_DROPOUT["encoder"]),
-        pair_rows("bert"),
-        (),
-    ),
-    "sentinel_gpt2": (build_stock_gpt2, interlayer.GPT2SentinelLMHeadModel, GATED, lm_rows, ()),
-    "sentinel_gpt2_no_l1": (
-        build_stock_gpt2,
-        interlayer.GPT2SentinelLMHeadModel,
-        {**GATED, "gate_l1": 0.0},
-        lm_rows,
-        (),
-    ),
-    "sentinel_gpt2_controller": (
-        build_stock_gpt2,
-        interlayer.GPT2SentinelLMHeadModel,
-        {**GATED, "gate_l1": 0.0},
-        lm_rows,
-        (sentinel_controller,),
-    ),
-    "sentinel_gpt2_growth": (
-        build_stock_gpt2,
-        interlayer.GPT2SentinelLMHeadModel,
-        {**GATED, "gate_l1": 0.0},
-        lm_rows,
-        (progressive_growth,),
-    ),
-    "qwen3_mhc": (
-        build_stock_qwen3,
-        interlayer.Qwen3MHCForCausalLM,
-        dict(identity_init=False, **NO_DROPOUT["decoder"]),
-        lm_rows,
-        (),
-    ),
-    "llama_mhc_dynamic": (
-        build_stock_llama,
-        interlayer.LlamaMHCForCausalLM,
-        dict(hc_mode="dynamic", hc_init_noise=0.1, **NO_DROPOUT["decoder"]),
-        lm_rows,
-        (),
-    ),
-    "llama_latent": (
-        build_stock_llama,
-        interlayer.LlamaLatentForCausalLM,
-        dict(identity_init=False, latent_source="same_position", latent_source_layers=[1, 2], **NO_DROPOUT["decoder"]),
-        lm_rows,
-        (),
-    ),
-    "marian_attention_bridge": (
-        build_stock_marian,
-        interlayer.MarianAttentionBridgeForConditionalGeneration,
-        dict(bridge_layers=["transformer", "perceiver"], **TINY_BRIDGE, **NO_DROPOUT["marian"]),
-        seq2seq_rows,
-        (),
-    ),
-}
+
+GPT2_SENTINEL = interlayer.GPT2SentinelLMHeadModel
+GATED = dict(identity_init=False, unet_skips=True, **no_dropout(GPT2_SENTINEL))
+
+
+def cases() -> dict[str, tuple]:
+    """`{name: (stock builder, zoo class, options, rows, callbacks)}`: the distributed example of every mechanism's
+    record (`conformance_cases.examples(distributed=True)`), two more examples (the BERT bridges, Qwen3's compiled mHC
+    coefficients in each process), and the sentinel's training tools (the gates' L1 term, the controller, growth)."""
+    return {
+        **{name: registry_case(tiny) for name, tiny in examples(distributed=True).items()},
+        **{name: registry_case(examples()[name]) for name in ("BertBridge", "Qwen3MHC")},
+        "sentinel_gpt2_l1": (build_stock_gpt2, GPT2_SENTINEL, {**GATED, "gate_l1": 1e-4}, lm_rows, ()),
+        "sentinel_gpt2_controller": (build_stock_gpt2, GPT2_SENTINEL, GATED, lm_rows, (sentinel_controller,)),
+        "sentinel_gpt2_growth": (build_stock_gpt2, GPT2_SENTINEL, GATED, lm_rows, (progressive_growth,)),
+    }
+
+
+CASES = cases()
 
 
 class Rows(torch.utils.data.Dataset):
@@ -197,7 +148,7 @@ def train(name: str, out: str, rank: int, world_size: int) -> None:
         use_cpu=True,
         ddp_backend="gloo" if world_size > 1 else None,
         # every parameter gets a gradient but stock Marian's sinusoidal position tables (docs/multiprocess.md)
-        ddp_find_unused_parameters=name == "marian_attention_bridge",
+        ddp_find_unused_parameters=model.config.is_encoder_decoder,
         disable_tqdm=True,
     )
     callbacks = [make() for make in callback_makers]

@@ -19,11 +19,13 @@ import torch
 
 pytest.importorskip("deepspeed", reason='deepspeed is not installed (pip install -e ".[deepspeed]")')
 
+from conformance_cases import examples  # noqa: E402
 from deepspeed_train import CASES, LOAD_CASE, LOADS  # noqa: E402
 from distributed_runs import free_port, load_rank, losses, run_side_by_side  # noqa: E402
 
 SCRIPT = Path(__file__).with_name("deepspeed_train.py")
 STAGES = (2, 3)
+ATTENTION_BRIDGE = next(n for n, tiny in examples(distributed=True).items() if tiny.record.name == "attention-bridge")
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +58,7 @@ def test_zero_trains_as_one_plain_process(runs, stage, name, request):
     the plain Trainer in one process."""
     import transformers
 
-    if (stage, name) == (3, "marian_attention_bridge") and transformers.__version__.startswith("5.24"):
+    if (stage, name) == (3, ATTENTION_BRIDGE) and transformers.__version__.startswith("5.24"):
         request.applymarker(pytest.mark.xfail(strict=True, reason=MARIAN_ZERO3_524))
     one, zero = load_rank(runs, "plain", name, 0), load_rank(runs, f"zero{stage}", name, 0)
     assert (one["world_size"], one["deepspeed"]) == (1, False)

@@ -15,10 +15,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from conformance_cases import examples
 from distributed_runs import free_port, load_rank, losses, run_side_by_side, script_env
 from multiprocess_train import CASES
 
 SCRIPT = Path(__file__).with_name("multiprocess_train.py")
+# the cases of the mechanisms' records (the sentinel's training tools are the others)
+MECHANISM_CASES = [name for name in CASES if name in examples()]
+LATENT = next(name for name, tiny in examples(distributed=True).items() if tiny.record.name == "latent")
 
 
 @pytest.fixture(scope="module")
@@ -76,14 +80,14 @@ def test_accelerate_launch_multi_gpu_runs_two_cpu_processes(runs, tmp_path):
     accelerate = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"]
     accelerate += ["--main_process_ip", "127.0.0.1", "--main_process_port", str(free_port())]
     result = subprocess.run(
-        [*accelerate, str(SCRIPT), str(tmp_path), "llama_latent"], env=env, capture_output=True, text=True, timeout=300
+        [*accelerate, str(SCRIPT), str(tmp_path), LATENT], env=env, capture_output=True, text=True, timeout=300
     )
     assert result.returncode == 0, result.stderr[-4000:]
     assert "find_unused_parameters=True was specified" not in result.stderr
     for rank in (0, 1):
         launched, reference = (
-            load_rank(tmp_path, ".", "llama_latent", rank),
-            load_rank(runs, "two", "llama_latent", rank),
+            load_rank(tmp_path, ".", LATENT, rank),
+            load_rank(runs, "two", LATENT, rank),
         )
         assert launched["world_size"] == 2
         torch.testing.assert_close(losses(launched), losses(reference), rtol=0, atol=0)
@@ -97,10 +101,7 @@ def test_mean_tensor_over_ranks(runs):
     torch.testing.assert_close(torch.load(runs / "one" / "mean_over_ranks_rank0.pt"), torch.tensor([1.0, 2.0]))
 
 
-@pytest.mark.parametrize(
-    "name",
-    ["roberta_bridge", "bert_bridge", "qwen3_mhc", "llama_mhc_dynamic", "llama_latent", "marian_attention_bridge"],
-)
+@pytest.mark.parametrize("name", MECHANISM_CASES)
 def test_mechanism_stats_are_logged_for_the_whole_batch(runs, name):
     """`MechanismStatsCallback` averages the statistics over the ranks, so the two-process log carries those of the
     one-process run: to float rounding for means over examples (hyper-connection and attention-bridge statistics,

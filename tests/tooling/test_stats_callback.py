@@ -6,6 +6,7 @@ writer that records its calls, kept where transformers' `TensorBoardCallback` ke
 
 import numpy as np
 import pytest
+from conformance_cases import examples
 from multiprocess_train import CASES, Rows
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
@@ -25,12 +26,15 @@ class RecordingWriter:
         pass
 
 
+LATENT = next(name for name, tiny in examples(distributed=True).items() if tiny.record.name == "latent")
+
+
 class FakeTensorBoard(TrainerCallback):
     def __init__(self):
         self.tb_writer = RecordingWriter()
 
 
-def train(tmp_path, callbacks, report_to=(), group_console=True, case="llama_latent"):
+def train(tmp_path, callbacks, report_to=(), group_console=True, case=LATENT):
     """Two steps of the stock Trainer on a case of `multiprocess_train` (8 examples, mechanism active), evaluating
     after each."""
     build, model_class, options, rows, _ = CASES[case]
@@ -56,12 +60,11 @@ def train(tmp_path, callbacks, report_to=(), group_console=True, case="llama_lat
     return stats, trainer
 
 
+# every mechanism's pictures but those drawn from a source sentence (`interlayer inspect` draws them), on its record's
+# distributed example
 PICTURES = {
-    "llama_latent": ["latent"],
-    "qwen3_mhc": ["hc_res", "hc_composite_gain", "hc_pre_post"],
-    "roberta_bridge": ["bridge_routing", "bridge_gates"],
-    "sentinel_gpt2": ["sentinel_gates"],
-    "marian_attention_bridge": [],  # the slot picture needs a source sentence: interlayer inspect draws it
+    name: [picture.file.removesuffix(".png") for picture in tiny.record.pictures if not picture.reads_inputs]
+    for name, tiny in examples(distributed=True).items()
 }
 
 

@@ -1,5 +1,6 @@
-"""The zoo's conformance suite on the cross-layer bridge models: every family, on its most demanding task (one
-suite each), and a lighter check of every (family, task) cell: conversion, identity, training and remote code."""
+"""The cross-layer bridges on every (encoder family, task) cell, beyond the conformance suite (which runs each family on
+its most demanding task, `tests/contract/test_conformance.py`): conversion, identity, training, the loss and remote
+code of every cell, the seed's head refused on tokens, and shallow stock checkpoints."""
 
 import os
 import subprocess
@@ -9,125 +10,19 @@ import textwrap
 import pytest
 import torch
 from batches import labels_for, pair_batch, token_labels_for
-from conformance_cases import BERT_ACTIVE, FAMILY_ACTIVE, LORA_TARGETS, ROBERTA_ACTIVE
-from stock_checkpoints import (
-    FAMILY_CONFIG,
-    STOCK_AUTO,
-    TINY_ENCODER,
-    build_gpt2,
-    build_stock_bert,
-    build_stock_roberta,
-    encoder_builder,
-)
+from stock_checkpoints import FAMILY_CONFIG, STOCK_AUTO, TINY_ENCODER, encoder_builder
 from transformers import AutoConfig, AutoModelForSequenceClassification
 
 import interlayer
-from interlayer import BertBridgeForSequenceClassification, RobertaBridgeForSequenceClassification
+from interlayer.mechanisms import MECHANISMS
 from interlayer.models.modeling_bridge import FAMILIES
-from interlayer.testing import ConformanceCase, ConformanceSuite
 
-BRIDGE_CONFIG_ERRORS = [
-    (dict(route_topk=0), r"route_topk.*>= 1.*got 0"),
-    (dict(route_last_n=0), r"route_last_n"),
-    (dict(route_temp=0.0), r"route_temp.*> 0"),
-    (dict(route_pool="max"), r"route_pool.*mean.*cls"),
-    (dict(bridge_mode="both"), r"bridge_mode"),
-    (dict(route_estimator="gumbel"), r"route_estimator"),
-    (dict(route_placement="before"), r"route_placement"),
-    (dict(route_placement="pre_norm"), r"straight_through.*cannot train the router.*pre_norm.*route_topk=1"),
-    (dict(hdim_scorer="mlp"), r"hdim_scorer"),
-    (dict(hdim_value_fusion="sum"), r"hdim_value_fusion"),
-    (dict(hdim_dim=0), r"hdim_dim"),
-    (dict(hdim_chunk_size=0), r"hdim_chunk_size"),
-    (dict(hdim_token_temp=0.0), r"hdim_token_temp"),
-    (dict(bridge_dropout=1.5), r"bridge_dropout.*<= 1"),
-    (dict(gate_activation="softplus", gate_init_attn=0.0), r"gate_init_attn.*> 0"),
-    (dict(classifier_head="seed"), r"identity_init=True.*classifier_head='seed'"),
-    (dict(num_hidden_layers=1), r"num_hidden_layers.*>= 2"),
-]
-ENCODER_ONLY_ERROR = (dict(is_decoder=True), r"encoder-only")
-FAMILY_CONFIG_ERRORS = {"deberta-v2": [(dict(attention_head_size=4), r"attention_head_size.*DeBERTa-v2.*got 4")]}
 TASK_INDEX = {"base": 1, "sequence-classification": 2, "token-classification": 3}
 CELLS = [(family, task) for family in FAMILY_CONFIG for task in STOCK_AUTO]
-# the HDIM scorer's last bias is added to every alignment logit of a softmax: its gradient is zero by construction
-STATIONARY = ["hdim.scorer.2.bias"]
-
-
-class TestRobertaBridgeConformance(ConformanceSuite):
-    def make_case(self):
-        return ConformanceCase(
-            build_stock=build_stock_roberta,
-            model_class=RobertaBridgeForSequenceClassification,
-            auto_class_name="AutoModelForSequenceClassification",
-            active_options=ROBERTA_ACTIVE,
-            make_batch=lambda: pair_batch("roberta"),
-            labels=labels_for,
-            wrong_architecture=build_gpt2,
-            config_errors=[({**TINY_ENCODER, **o}, p) for o, p in BRIDGE_CONFIG_ERRORS + [ENCODER_ONLY_ERROR]],
-            lora_targets=["query", "value"],
-            stationary=STATIONARY,
-        )
-
-
-class TestBertBridgeConformance(ConformanceSuite):
-    def make_case(self):
-        return ConformanceCase(
-            build_stock=build_stock_bert,
-            model_class=BertBridgeForSequenceClassification,
-            auto_class_name="AutoModelForSequenceClassification",
-            active_options=BERT_ACTIVE,
-            make_batch=lambda: pair_batch("bert"),
-            labels=labels_for,
-            wrong_architecture=build_gpt2,
-            config_errors=[({**TINY_ENCODER, **o}, p) for o, p in BRIDGE_CONFIG_ERRORS + [ENCODER_ONLY_ERROR]],
-            lora_targets=["query", "value"],
-            stationary=STATIONARY,
-        )
-
-
-def token_classification_case(family: str) -> ConformanceCase:
-    """The suite's case for a family's token-classification cell (every token's logits are compared)."""
-    errors = (
-        BRIDGE_CONFIG_ERRORS
-        + FAMILY_CONFIG_ERRORS.get(family, [])
-        + ([ENCODER_ONLY_ERROR] if "is_decoder" in FAMILIES[family][0].__dataclass_fields__ else [])
-    )
-    stock_options = {k: v for k, v in FAMILY_CONFIG[family].items() if k != "model_type"}
-    return ConformanceCase(
-        build_stock=encoder_builder(family, "token-classification"),
-        model_class=FAMILIES[family][TASK_INDEX["token-classification"]],
-        auto_class_name="AutoModelForTokenClassification",
-        # the compiled HDIM scorer (the default) is a function of tensors alone, the same in every family: the two
-        # sequence-classification classes run it through the suite, these four the eager scorer, which spares the
-        # suite a compilation per input kind and family
-        active_options={**FAMILY_ACTIVE[family], "hdim_fused": False},
-        make_batch=lambda: pair_batch(family),
-        labels=token_labels_for,
-        wrong_architecture=build_gpt2,
-        config_errors=[({**TINY_ENCODER, **stock_options, **o}, p) for o, p in errors],
-        lora_targets=LORA_TARGETS.get(family, ["query", "value"]),
-        stationary=STATIONARY,
-    )
-
-
-class TestXLMRobertaBridgeConformance(ConformanceSuite):
-    def make_case(self):
-        return token_classification_case("xlm-roberta")
-
-
-class TestElectraBridgeConformance(ConformanceSuite):
-    def make_case(self):
-        return token_classification_case("electra")
-
-
-class TestDebertaV2BridgeConformance(ConformanceSuite):
-    def make_case(self):
-        return token_classification_case("deberta-v2")
-
-
-class TestModernBertBridgeConformance(ConformanceSuite):
-    def make_case(self):
-        return token_classification_case("modernbert")
+BRIDGE = MECHANISMS["bridge"]
+# the options with which the bridge acts on each family: its record's example of the family
+FAMILY_ACTIVE = {example.family: example.options for example in BRIDGE.examples}
+STATIONARY = BRIDGE.stationary
 
 
 def _output_name(task):

@@ -1,0 +1,74 @@
+"""The conformance suite's compile part (`AttentionAndCompileTests`)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from .case import (
+    _STOCK_FULLGRAPH,
+    _output,
+)
+
+
+class AttentionAndCompileTests:
+    """Attention implementations and torch.compile."""
+
+    def test_eager_and_sdpa_attention_agree(self, tmp_path):
+        """`attn_implementation="eager"` and `"sdpa"` give the same outputs"""
+        if not self.case.model_class._supports_sdpa:
+            pytest.skip(f"{self.case.model_class.__name__} has no SDPA attention, as the stock class it converts")
+        folder, _ = self._stock(tmp_path)
+        batch = self.case.make_batch()
+        outputs = {}
+        for implementation in ("eager", "sdpa"):
+            torch.manual_seed(0)
+            model = self._zoo(folder, attn_implementation=implementation, **self.case.active_options)
+            with torch.no_grad():
+                outputs[implementation] = _output(model, batch, self.case.output_name)
+        torch.testing.assert_close(outputs["sdpa"], outputs["eager"])
+
+    def test_compiled_forward_agrees_with_eager(self, tmp_path):
+        """`torch.compile` traces the forward pass (dynamo, `backend="eager"`: the graph capture, without code
+        generation) and gives the eager outputs; with `fullgraph=True` wherever the stock class compiles with it."""
+        folder, stock = self._stock(tmp_path)
+        batch = self.case.make_batch()
+        stock_class = type(stock)
+        if stock_class not in _STOCK_FULLGRAPH:
+            torch._dynamo.reset()
+            try:
+                with torch.no_grad():
+                    torch.compile(stock, backend="eager", fullgraph=True)(**batch)
+                _STOCK_FULLGRAPH[stock_class] = True
+            except Exception:  # a graph break in the stock class: the zoo class need not do better
+                _STOCK_FULLGRAPH[stock_class] = False
+        fullgraph = _STOCK_FULLGRAPH[stock_class]
+        model = self._zoo(folder, **self.case.active_options)
+        torch._dynamo.reset()
+        with torch.no_grad():
+            expected = _output(model, batch, self.case.output_name)
+            got = _output(torch.compile(model, backend="eager", fullgraph=fullgraph), batch, self.case.output_name)
+        torch.testing.assert_close(got, expected)
+
+    def test_compiled_training_does_not_recompile(self, tmp_path):
+        """A compiled model stops compiling after its second training step (forward, backward, an optimizer step): a
+        module attribute that changes every step, such as a Python counter of recorded statistics, would recompile
+        each step until dynamo gives up and runs eagerly. (The second step may compile once more, as in the stock
+        models: BERT sets `config.problem_type` in its first forward, M2M100's positions make shapes dynamic.)"""
+        from torch._dynamo.testing import CompileCounter
+
+        folder, _ = self._stock(tmp_path)
+        batch = self.case.make_batch()
+        batch["labels"] = self.case.labels(batch)
+        model = self._zoo(folder, **self.case.active_options).train()
+        optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+        counter = CompileCounter()
+        torch._dynamo.reset()
+        compiled = torch.compile(model, backend=counter)
+        frames = []
+        for _ in range(3):
+            compiled(**batch).loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            frames.append(counter.frame_count)
+        assert frames[0] > 0 and frames[2] == frames[1], f"graphs compiled after each step: {frames}"
