@@ -190,3 +190,18 @@ def test_the_bridges_seed_scale_runs_on_glue_rte_rows(tmp_path, monkeypatch):
             assert 0.0 <= record["metrics"]["accuracy"] <= 1.0
             run = f"seed0-x{record['lr_scale']:g}"  # no model kept unless asked (`--keep-models`)
             assert not (out / "work" / "bridges-classification" / record["method"] / run / "model").exists()
+
+
+def test_the_plan_costs_each_decoder_recipe_from_the_tokens_its_seed_scale_trains():
+    """hc-gsm8k packs one epoch of GSM8K train (1.4e6 tokens) in rows of 1,024; latent-gsm8k's seed setup trains
+    1,000 problems 3 times, one per row padded to its batch's longest (337 tokens on average): --plan's time and
+    memory follow each (6 FLOPs per parameter per training token, 2 per evaluated one, at GPU_TFLOPS)."""
+    from interlayer.results.core import GPU_TFLOPS
+
+    def training_seconds(tokens):
+        return (6 * 0.6e9 * tokens + 2 * 0.6e9 * 0.1e6) / (GPU_TFLOPS * 1e12)
+
+    hc, latent = (recipes()[name].estimate("full", "seed", True) for name in ("hc-gsm8k", "latent-gsm8k"))
+    assert hc.seconds == pytest.approx(training_seconds(1.4e6))
+    assert latent.seconds == pytest.approx(training_seconds(1000 * 3 * 337))
+    assert latent.gpu_memory_gb < hc.gpu_memory_gb  # micro-batches of 4 x 337 tokens, not 4 x 1,024
