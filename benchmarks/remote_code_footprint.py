@@ -31,6 +31,7 @@ CASES = {  # mechanism: (stock model, zoo class, Auto class)
     "hyper-connections": (lambda: LlamaForCausalLM(LlamaConfig(**TINY)), interlayer.LlamaMHCForCausalLM),
     "latent": (lambda: LlamaForCausalLM(LlamaConfig(**TINY)), interlayer.LlamaLatentForCausalLM),
     "sentinel": (lambda: LlamaForCausalLM(LlamaConfig(**TINY)), interlayer.LlamaSentinelForCausalLM),
+    "depth-routing": (lambda: LlamaForCausalLM(LlamaConfig(**TINY)), interlayer.LlamaDepthRoutingForCausalLM),
     "bridge": (
         lambda: BertForSequenceClassification(BertConfig(**TINY)),
         interlayer.BertBridgeForSequenceClassification,
@@ -75,9 +76,10 @@ def imported(folder: str, auto_class: str) -> list[str]:
 
 def main() -> None:
     print(
-        "| mechanism | remote-code files | lines | `transformers.models` packages imported (beyond the stock model's) |"
+        "| mechanism | remote-code files | lines | `transformers.models` packages imported (beyond the stock model's) "
+        "| files |"
     )
-    print("| --- | ---: | ---: | --- |")
+    print("| --- | ---: | ---: | --- | --- |")
     for mechanism, (build, zoo_class) in CASES.items():
         with tempfile.TemporaryDirectory() as tmp:
             torch.manual_seed(0)
@@ -91,7 +93,8 @@ def main() -> None:
             zoo_packages = imported(f"{tmp}/zoo", auto)
             stock_packages = set(imported(f"{tmp}/stock", stock_auto))
             extra = [p.removeprefix("transformers.models.") for p in zoo_packages if p not in stock_packages]
-            print(f"| {mechanism} | {len(files)} | {lines:,} | {len(extra)}: {', '.join(extra)} |")
+            names = ", ".join(f"`{f.name}`" for f in files)
+            print(f"| {mechanism} | {len(files)} | {lines:,} | {len(extra)}: {', '.join(extra)} | {names} |")
 
 
 if __name__ == "__main__":

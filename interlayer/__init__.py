@@ -8,7 +8,7 @@ decoder mechanisms on each family are imported in the generated block (`python -
 
 from transformers import AutoConfig
 
-from . import card  # noqa: F401  (the model card and the conversion report, which saved models do not ship)
+from . import card, saving  # noqa: F401  (the model card, the conversion report and staged saves: not shipped)
 from .models.configuration_attention_bridge import OLD_MODEL_TYPE_CONFIGS as OLD_ATTENTION_BRIDGE_CONFIGS
 from .models.configuration_attention_bridge import (
     BartAttentionBridgeConfig,

@@ -3,17 +3,20 @@
 Saved models do not need this file and do not ship it: `save_pretrained` (`ZooModelMixin`, in the shipped
 zoo_common.py) calls it when the interlayer package is imported in the process (`zoo_common.interlayer_library`). A
 model loaded as remote code in a process without interlayer saves with no card (and removes a card interlayer wrote
-for the weights it replaces), and a conversion made there logs transformers' own load report.
+for the weights it replaces), and a conversion made there logs transformers' own load report. A `Trainer` publishes
+the card with its training summary below it once `attach_card` is called on it.
 """
 
 import json
 import os
+import re
 from typing import Any
 
 import transformers
 
 from .models.zoo_common import hub_id, logger, mechanism_field_names, stock_function_words
 from .models.zoo_requirements import MIN_TRANSFORMERS, TESTED_TRANSFORMERS
+from .saving import save_file_atomically
 
 
 def mechanism_settings(config) -> dict[str, Any]:
@@ -31,7 +34,9 @@ def _yaml_value(value) -> str:
     return json.dumps(value)
 
 
-def write_model_card(model, save_directory, name=None, untrained: bool | None = None) -> str:
+def write_model_card(
+    model, save_directory, name=None, untrained: bool | None = None, training_summary: str | None = None
+) -> str:
     """Write README.md (YAML metadata + what the mechanism is and its settings) into `save_directory`.
 
     `name` is what the usage snippet loads (the final folder's name or the Hub repository; default `save_directory`'s
@@ -39,25 +44,36 @@ def write_model_card(model, save_directory, name=None, untrained: bool | None = 
     parameters, `is_untrained_conversion()`). `model.card_data` (a dict, optional) adds `license` (a Hub license
     id, such as `"apache-2.0"`; by default the stock checkpoint's, read from its model card when it has one),
     `datasets`, `metrics` (name -> value), free `notes`, and `base_model` (a Hub id, for a model converted from a
-    local copy of a Hub checkpoint). The file is written to a temporary name and renamed, so an interrupted save
-    never leaves half a card.
+    local copy of a Hub checkpoint). Its tags are the model's `hub_tags()` and `model_tags`. `training_summary`: a
+    `Trainer`'s draft card (`attach_card`), whose metadata joins the card's and whose evaluation results and training
+    procedure (hyperparameters, results, framework versions) follow it. The file is written whole or not at all
+    (`save_file_atomically`).
     """
     config = model.config
     extra = getattr(model, "card_data", None) or {}
     base = getattr(config, "base_model_name_or_path", None)
+    trainer_meta, trainer_text = _split_trainer_card(training_summary) if training_summary else ({}, "")
     meta = {"library_name": "transformers"}
-    if extra.get("license"):
-        meta["license"] = str(extra["license"])
-    meta["tags"] = ["interlayer", model.mechanism_name.lower().replace(" ", "-"), "custom_code"]
+    license = extra.get("license") or trainer_meta.get("license")
+    if license:
+        meta["license"] = str(license)
+    if trainer_meta.get("language"):
+        meta["language"] = trainer_meta["language"]
+    tags = [*model.hub_tags(), *(getattr(model, "model_tags", None) or []), "custom_code"]
+    meta["tags"] = list(dict.fromkeys(tags + trainer_meta.get("tags", [])))
     hub_base = extra.get("base_model") or hub_id(base)
     if hub_base:
         meta["base_model"] = hub_base
     if model.pipeline_tag:
         meta["pipeline_tag"] = model.pipeline_tag
-    if extra.get("datasets"):
-        meta["datasets"] = list(extra["datasets"])
-    if extra.get("metrics"):
-        meta["metrics"] = sorted(extra["metrics"])
+    datasets = [*(extra.get("datasets") or []), *trainer_meta.get("datasets", [])]
+    if datasets:
+        meta["datasets"] = list(dict.fromkeys(datasets))
+    metrics = sorted(extra.get("metrics") or {}) + trainer_meta.get("metrics", [])
+    if metrics:
+        meta["metrics"] = list(dict.fromkeys(metrics))
+    if trainer_meta.get("model-index"):
+        meta["model-index"] = trainer_meta["model-index"]
     lines = ["---"] + [f"{k}: {_yaml_value(v)}" for k, v in meta.items()] + ["---", ""]
     arch = (config.architectures or [type(model).__name__])[0]
     lines += [f"# {arch} ({model.mechanism_name})", ""]
@@ -111,12 +127,59 @@ def write_model_card(model, save_directory, name=None, untrained: bool | None = 
         "```",
         "",
     ]
-    path = os.path.join(str(save_directory), "README.md")
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write("\n".join(lines))
-    os.replace(tmp, path)
-    return path
+    if trainer_text:
+        lines += [trainer_text]
+
+    def write(staged):
+        with open(staged, "w", encoding="utf-8") as f:
+            f.write("\n".join(lines))
+
+    return save_file_atomically(os.path.join(str(save_directory), "README.md"), write)
+
+
+def _split_trainer_card(draft: str) -> tuple[dict, str]:
+    """A `Trainer`'s draft card (`Trainer.create_model_card`) as `(its metadata, its evaluation results and training
+    procedure)`, without what it cannot know (its claim that the model was trained from scratch or fine-tuned from
+    its config's checkpoint, its "More information needed" sections)."""
+    import yaml
+
+    meta, body = {}, draft
+    if draft.startswith("---\n"):
+        header, _, body = draft[4:].partition("\n---\n")
+        meta = yaml.safe_load(header) or {}
+    results = re.search(r"It achieves the following results on the evaluation set:\n((?:- .*\n)+)", body)
+    procedure = body.partition("## Training procedure\n")[2]  # its hyperparameters, results, framework versions
+    text = "## Training\n\nTrained with the transformers `Trainer`"
+    text += f", which reports on the evaluation set:\n\n{results.group(1)}" if results else "."
+    return meta, f"{text}\n{procedure}".rstrip() + "\n"
+
+
+def attach_card(trainer):
+    """Make `trainer` publish the project's model card with its own training summary below it: its
+    `create_model_card` (which `trainer.push_to_hub()` runs before uploading the folder) writes its draft, then this
+    card (`write_model_card`) over it, with the draft's hyperparameters, results and metadata (datasets, metrics,
+    `model-index`, tags) and the usage snippet naming the Hub repository. Without it the Trainer uploads its own
+    draft, which names the model's `model_tags` (`interlayer` and the mechanism) but says it was trained from
+    scratch. Returns the trainer; the card is written by the main process only, as the Trainer's."""
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    if not hasattr(model, "hub_tags"):
+        raise TypeError(
+            f"attach_card: trainer.model is a {type(model).__name__}, not a model of the interlayer zoo; its card "
+            "is the Trainer's."
+        )
+    draft = trainer.create_model_card
+
+    def create_model_card(*args, **kwargs):
+        draft(*args, **kwargs)
+        if trainer.is_world_process_zero():
+            folder = trainer.args.output_dir
+            with open(os.path.join(folder, "README.md"), encoding="utf-8") as f:
+                summary = f.read()
+            name = trainer.hub_model_id or trainer.args.hub_model_id
+            write_model_card(model, folder, name, training_summary=summary)
+
+    trainer.create_model_card = create_model_card
+    return trainer
 
 
 def stock_function_statement(model) -> str:

@@ -575,7 +575,9 @@ register_mechanism(
             quick_options=dict(latent_source_layers=[1], latent_target_layers=[1], freeze_base=False),
         ),
     },
-    # the `latent_source` and the layer pairs varied across the families
+    # one example a family, the `latent_source` and the layer pairs varied across them: first targets above L0 (the
+    # layers below them run once for both passes, and the cache keeps them once) on Qwen2 and Gemma 3, a target above
+    # its source on GPT-2
     examples=(
         Example("Qwen3PreviousPosition", "qwen3", _LATENT),
         Example(
@@ -584,15 +586,10 @@ register_mechanism(
             dict(_LATENT, latent_source="same_position", latent_source_layers=[1, 2]),
             distributed=True,
         ),
-        Example("LlamaRecurrent", "llama", dict(_LATENT, latent_source="recurrent")),
-        Example("Qwen2PreviousPosition", "qwen2", _LATENT),
         Example("MistralSamePosition", "mistral", dict(_LATENT, latent_source="same_position")),
         Example("Phi3Recurrent", "phi3", dict(_LATENT, latent_source="recurrent")),
         Example("Olmo2TwoPairs", "olmo2", dict(_LATENT, latent_source_layers=[1, 2], latent_target_layers=[0, 1])),
         Example("Gemma2SamePosition", "gemma2", dict(_LATENT, latent_source="same_position", latent_offset=2)),
-        Example("Gemma3TextPreviousPosition", "gemma3_text", _LATENT),
-        Example("GPT2Recurrent", "gpt2", dict(_LATENT, latent_source="recurrent", latent_dim=8)),
-        # first targets above L0: the layers below them run once for both passes, and the cache keeps them once
         Example("Qwen2SharedLayers", "qwen2", dict(_LATENT, latent_source_layers=[2], latent_target_layers=[1])),
         Example(
             "Gemma3TextSharedLayersSamePosition",

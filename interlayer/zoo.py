@@ -12,13 +12,17 @@ from transformers import PretrainedConfig, PreTrainedModel
 
 from .mechanisms import MECHANISMS as RECORDS
 from .models.zoo_common import (
-    can_stage_beside,
     check_choice,
     check_option_names,
     field_defaults,
     hub_id,
     mechanism_field_names,
+)
+from .saving import (
+    can_stage_beside,
+    parked_folder,  # noqa: F401  (the zoo's name for it: interlayer.zoo.parked_folder)
     recover_interrupted_save,
+    save_file_atomically,  # noqa: F401  (the zoo's name for it: interlayer.zoo.save_file_atomically)
     staging_folders,  # noqa: F401  (the zoo's name for it: interlayer.zoo.staging_folders)
     swap_into_place,
     warn_saving_in_place,

@@ -177,17 +177,21 @@ def examples(distributed: bool = False) -> dict[str, Tiny]:
 
 
 def conformance_suites() -> dict[str, type]:
-    """The conformance suite (`interlayer.testing.ConformanceSuite`) on every example: `{"Test<label>Conformance":
-    class}`, for a test module to expose (`tests/contract/test_conformance.py`)."""
-    from interlayer.testing import ConformanceSuite
+    """The conformance suite (`interlayer.testing`) on every example: `{"Test<label>Conformance": class}`, for a test
+    module to expose (`tests/contract/test_conformance.py`). The first example of each zoo class runs the whole suite
+    (`ConformanceSuite`); a further example of the same class, another of its option sets, the parts its options can
+    change (`OptionsConformanceSuite`)."""
+    from interlayer.testing import ConformanceSuite, OptionsConformanceSuite
 
-    suites = {}
+    suites, seen = {}, set()
     for tiny in examples().values():
 
         def make_case(self, tiny=tiny):
             return conformance_case(tiny.record, tiny.example)
 
+        suite = OptionsConformanceSuite if tiny.model_class in seen else ConformanceSuite
+        seen.add(tiny.model_class)
         name = f"Test{tiny.name}Conformance"
         doc = f"The conformance suite on {tiny.record.name}: {tiny.name} ({tiny.example.family}, {tiny.options})."
-        suites[name] = type(name, (ConformanceSuite,), {"make_case": make_case, "__doc__": doc})
+        suites[name] = type(name, (suite,), {"make_case": make_case, "__doc__": doc})
     return suites

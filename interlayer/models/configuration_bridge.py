@@ -78,12 +78,17 @@ class BridgeFields(ZooConfigFields):
         hdim_fused (`bool`, defaults to `True`): score each chunk of the 4-term scorer with one function compiled by
             `torch.compile(fullgraph=True)` (`hdim_pair_logits`: the pair features, the broadcast per-token terms,
             ReLU and the last layer fused around the first layer's matrix products, forward and backward): about
-            20% less time for the scorer, once a compilation per input shape and grad mode is paid in a process
-            (seconds). Same results to rounding. Computed eagerly where a compiled call cannot run: inside a model
-            compiled or exported as a whole (traced with it), under a dispatch mode such as `FlopCounterMode`, and
-            once compiling failed in the process (one warning). Only for a plain `nn.Linear` scorer: a wrapped one (a
-            PEFT adapter, a quantised layer) is called on the full pair features. `False` computes the same function
-            eagerly, with no compilation.
+            20% less time for the scorer, once a compilation per kind of call is paid in a process (seconds; a kind:
+            the grad mode, a batch of one example or more, a chunk of one target token or more; lengths are
+            symbols). Same results to rounding. A kept graph takes a second backward (`retain_graph=True`) and a
+            gradient can be differentiated again (`create_graph=True`, through the eager function, as torch cannot
+            differentiate a compiled backward). Computed eagerly where a compiled call cannot run: inside a model
+            compiled or exported as a whole (traced with it), under a dispatch mode such as `FlopCounterMode`, once
+            compiling failed in the process (one warning), and, silently, wherever torch's switches turn compiling
+            off (`TORCH_COMPILE_DISABLE=1`, `TORCHDYNAMO_DISABLE=1`, `torch._dynamo.config.disable`, a caller wrapped
+            by `torch.compiler.disable`, the stance `force_eager`). Only for a plain `nn.Linear` scorer: a wrapped
+            one (a PEFT adapter, a quantised layer) is called on the full pair features. `False` computes the same
+            function eagerly, with no compilation.
 
     Blending and injection (seed section 4):
         gate_init_attn (`float`, defaults to 0.15): the QKV bridge's gate value at init.

@@ -82,10 +82,14 @@ class HyperConnectionFields(ZooConfigFields):
             3x fewer microseconds for the coefficients of a decoded token, once a compilation per grad mode is paid
             in a process (seconds; the number of tokens is a symbol, so a new batch or length compiles nothing, and
             a single token has a graph of its own).
-            Same results to rounding. Computed eagerly where a compiled call cannot run: inside a model compiled or
+            Same results to rounding. A kept graph takes a second backward (`retain_graph=True`) and a gradient can
+            be differentiated again (`create_graph=True`, through the eager function, as torch cannot differentiate
+            a compiled backward). Computed eagerly where a compiled call cannot run: inside a model compiled or
             exported as a whole (traced with it), under a dispatch mode such as `FlopCounterMode`, and once
-            compiling failed in the process (no C++ compiler for inductor: one warning); `TORCH_COMPILE_DISABLE=1`
-            turns it off with every other compilation. Ignored in the other modes, where a compiled call costs more
+            compiling failed in the process (no C++ compiler for inductor: one warning), and, silently, wherever
+            torch's switches turn compiling off (`TORCH_COMPILE_DISABLE=1`, `TORCHDYNAMO_DISABLE=1`,
+            `torch._dynamo.config.disable`, a caller wrapped by `torch.compiler.disable`, the stance `force_eager`).
+            Ignored in the other modes, where a compiled call costs more
             than the eager operations, and at `hc_streams=1` (one stream has nothing to mix).
         hc_implementation (`str`, defaults to `"fast"`): how the hyper-connections compute their equation.
             `"eager"`: `HyperConnection.forward` of modeling_hyper_connections.py, the equation as written (the
@@ -94,6 +98,13 @@ class HyperConnectionFields(ZooConfigFields):
             hyper_connections_fast.py, the same function to float rounding with hand-written backward passes, the
             stream recomputation, `hc_fused`, and the statistics and composite-gain tracking of `mechanism_stats()`.
             Chosen when the model is built: to change it, load the model again with the option.
+        hc_kernels (`bool`, defaults to `True`): with `hc_implementation="fast"`, run the boundary of every sublayer
+            whose streams are on a CUDA device with the Triton kernels of hyper_connections_kernels.py (read-in,
+            write and mix, and the coefficients with their Sinkhorn rounds, forward and backward; Liger-Kernel's for
+            the projection and DeepSeek-V4's coefficients), in training, inference and under `torch.compile`. Where
+            they cannot run (Triton not installed: `pip install 'interlayer[gpu]'`, a CPU, another dtype than fp32,
+            bf16 and fp16) the PyTorch implementation runs, with a warning once where a GPU was meant. `False`: the
+            PyTorch implementation everywhere (what the kernels are measured against).
         identity_init (`bool`, defaults to `True`): choose raw coefficients whose constrained values make the model
             compute the stock function (read-in sums to 1, write 1, mixing rows sum to 1, read-out the mean).
             `False` uses the seed's raw initialisation (read-in 1/K, write 1, mixing identity), which in `"mhc"` mode
@@ -107,6 +118,7 @@ class HyperConnectionFields(ZooConfigFields):
         "hc_recompute_streams",
         "hc_fused",
         "hc_implementation",
+        "hc_kernels",
         "sinkhorn_iters",
     }
     init_options: ClassVar[frozenset[str]] = ZooConfigFields.init_options | {
@@ -128,6 +140,7 @@ class HyperConnectionFields(ZooConfigFields):
     hc_recompute_streams: bool = True
     hc_fused: bool = True
     hc_implementation: Literal["fast", "eager"] = "fast"
+    hc_kernels: bool = True
 
     def validate_hyper_connections(self):
         check_range("num_hidden_layers", self.num_hidden_layers, 1)

@@ -20,6 +20,8 @@ outputs and every gradient, in every mode, with and without the stream recomputa
 - without grad, static coefficients computed once and reused until a parameter changes;
 - `CompositeGain` and the deferred statistics: every sublayer hands its coefficients over, and the mean
   coefficients and the worst composite gain of the forward are computed once at its end (`ForwardPassMachinery`).
+- on CUDA (`hc_kernels`, the default), the boundary with the Triton kernels instead: `forward` hands over to
+  hyper_connections_kernels.py where `kernels_for` says so, with the same stream recomputation and statistics.
 
 This file imports the maths it shares with the equation from hyper_connections_maths.py, never the modeling file,
 which imports it (no cycle); `save_pretrained` ships the three files together.
@@ -37,6 +39,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from .hyper_connections_kernels import kernels_for
 from .hyper_connections_maths import COEFFICIENT_EPS, MHC_EPS, mhc_mixing
 from .zoo_common import Fused, StatsAccumulator
 
@@ -103,6 +106,12 @@ def _map_grad(grad: torch.Tensor, streams: torch.Tensor, shared: bool) -> torch.
         column = _map_grad(grad, single, shared)
         return column.expand(*column.shape[:-1], streams.shape[-2])
     return _token_sum(grad, streams) if shared else torch.matmul(grad, streams.mT)
+
+
+def _rebuild(streams: torch.Tensor, maps: torch.Tensor, post: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """A sublayer's output streams from its input streams, its maps `[H_pre; H_res]`, `H_post` and output, as the
+    forward pass computed them (what the stream recomputation runs)."""
+    return _write(_read_mix(maps, streams)[1], post, out)
 
 
 class _ReadMix(torch.autograd.Function):
@@ -208,14 +217,14 @@ class StreamRecomputation:
         else:
             self.current = (index, streams.untyped_storage().data_ptr())
 
-    def read(self, maps: torch.Tensor, post: torch.Tensor) -> None:
-        """The sublayer has taken what it saves of its input streams; record what rebuilds its output."""
+    def read(self, maps: torch.Tensor, post: torch.Tensor, rebuild=None) -> None:
+        """The sublayer has taken what it saves of its input streams; record what rebuilds its output:
+        `rebuild(streams, maps, post, out)`, by default the read-in and mixing product and the write."""
         self.current = None
-        self.steps.append((maps.detach(), post.detach()))
+        self.steps.append((rebuild or _rebuild, maps.detach(), post.detach()))
 
     def wrote(self, out: torch.Tensor) -> None:
-        maps, post = self.steps[-1]
-        self.steps[-1] = (maps, post, out.detach())
+        self.steps[-1] = (*self.steps[-1], out.detach())
 
     def _pack(self, tensor):
         if self.current is not None and tensor.untyped_storage().data_ptr() == self.current[1]:
@@ -232,8 +241,8 @@ class StreamRecomputation:
             with torch.no_grad(), torch.autocast(**self.autocast):
                 streams = self.kept[start]
                 for i in range(start, index):
-                    maps, post, out = self.steps[i]
-                    streams = _write(_read_mix(maps, streams)[1], post, out)
+                    rebuild, maps, post, out = self.steps[i]
+                    streams = rebuild(streams, maps, post, out)
                     self.cache[i + 1] = streams
         return self.cache[index].as_strided(shape, stride, offset)
 
@@ -396,6 +405,7 @@ class FastHyperConnectionMixin:
         # eagerly than a compiled call. Not at K = 1: Sinkhorn of a 1 x 1 matrix has no reduction left to bound
         # inductor's fusion, whose expression then doubles with every round (it did not compile in 5 minutes)
         self.fused = config.hc_fused and self.mode == "mhc" and self.dynamic and self.streams > 1
+        self.use_kernels = config.hc_kernels  # on CUDA, the Triton kernels of hyper_connections_kernels.py
         self.stats = DeferredStatsAccumulator()
         self.machinery = ForwardPassMachinery()  # the model's, shared by all its hyper-connections, once it is built
         self._frozen = None  # without grad: (key, value) of what depends on the parameters only
@@ -460,6 +470,9 @@ class FastHyperConnectionMixin:
         recompute, gain = self.machinery.recompute, self.machinery.gain
         if torch.compiler.is_compiling():  # a layer compiled on its own (regional compilation): Python-side state
             recompute = gain = None  # that would make dynamo compile every layer anew (its list lengths are guards)
+        kernels = kernels_for(self, streams)
+        if kernels is not None:  # on CUDA: the boundary's Triton kernels
+            return kernels.forward(self, streams, branch, recompute, gain)
         if recompute is not None:
             recompute.reading(streams)
         if self.dynamic:

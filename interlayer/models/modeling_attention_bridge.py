@@ -48,6 +48,7 @@ from .zoo_common import (
     CACHE_KWARG,
     StatsAccumulator,
     ZooModelMixin,
+    dot_product_attention,
     register_for_auto_classes,
     returns_dict_to_its_head,
     take_cache,
@@ -139,6 +140,7 @@ class BridgeAttention(nn.Module):
         self.heads, self.head_dim = config.bridge_heads, d // config.bridge_heads
         self.q_proj, self.k_proj, self.v_proj = (BridgeLinear(d, d) for _ in range(3))
         self.out_proj = BridgeLinear(d, d, zero_init=zero_init)
+        self.config = config  # it attends as the model's `attn_implementation` says
 
     def _split(self, x):
         return x.unflatten(-1, (self.heads, self.head_dim)).transpose(1, 2)
@@ -149,7 +151,7 @@ class BridgeAttention(nn.Module):
         q, k, v = self._split(self.q_proj(query)), self._split(self.k_proj(memory)), self._split(self.v_proj(memory))
         mask = keep[:, None, None, :] if keep is not None else None
         if not need_weights:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            out = dot_product_attention(q, k, v, mask, 0.0, self.config._attn_implementation)
             return self.out_proj(out.transpose(1, 2).flatten(2)), None
         weights = masked_softmax(q @ k.transpose(-1, -2) / math.sqrt(self.head_dim), mask, dim=-1)
         out = (weights @ v).transpose(1, 2).flatten(2)

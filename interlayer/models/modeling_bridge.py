@@ -88,6 +88,7 @@ from .zoo_common import (
     Fused,
     StatsAccumulator,
     ZooModelMixin,
+    dot_product_attention,
     refuse_output_attentions,
     register_for_auto_classes,
     register_scalar_parameters,
@@ -349,6 +350,7 @@ class BridgeBlock(nn.Module):
         self.proj = nn.Linear(config.hidden_size, config.hidden_size)
         self.dropout = nn.Dropout(config.bridge_dropout)
         self.attn_dropout = config.bridge_attention_dropout
+        self.config = config  # the QKV message attends as the model's `attn_implementation` says
         self.entropy_reg = float(config.hdim_entropy_reg)
         self.stats = StatsAccumulator()
 
@@ -385,12 +387,9 @@ class BridgeBlock(nn.Module):
         value = value.view(n, seq, heads, head_dim).transpose(1, 2)
         if self.value_proj is not None:
             value = self.value_proj(value)
-        ctx = F.scaled_dot_product_attention(
-            query,
-            key,
-            value,
-            attn_mask=key_mask[:, None, None, :],
-            dropout_p=self.attn_dropout if self.training else 0.0,
+        dropout = self.attn_dropout if self.training else 0.0
+        ctx = dot_product_attention(
+            query, key, value, key_mask[:, None, None, :], dropout, self.config._attn_implementation
         )
         return ctx.transpose(1, 2).reshape(n, seq, width)
 

@@ -1,6 +1,6 @@
 """Behaviour shared by every interlayer mechanism: config conventions, conversion from stock checkpoints,
-statistics for watching a mechanism, and saving (the model card itself is written by the interlayer package,
-`interlayer/card.py`, which saved folders do not ship: `interlayer_library`).
+statistics for watching a mechanism, and saving (the model card and the staged, locked save are the interlayer
+package's, `interlayer/card.py` and `interlayer/saving.py`, which saved folders do not ship: `interlayer_library`).
 
 This file sits in the same folder as the configuration and modeling files that import it, so that
 `save_pretrained` ships it with the remote code (a parent-relative import would break `trust_remote_code`).
@@ -11,20 +11,19 @@ from .zoo_requirements import MIN_TRANSFORMERS  # noqa: F401
 
 # isort: split
 
+import contextlib
 import dataclasses
 import difflib
 import functools
 import hashlib
 import inspect
 import itertools
-import json
 import logging
 import math
 import os
 import re
-import shutil
 import sys
-import warnings
+import types
 from typing import Any, ClassVar
 
 import torch
@@ -325,29 +324,160 @@ def _in_split(name: str, split: str | None) -> bool:
     return name.startswith(EVAL_PREFIX) == (split == "eval")
 
 
+@functools.cache
+def _disabled_wrapper_code():
+    """The code of the wrapper `torch.compiler.disable` puts around a function (the same for every function it wraps,
+    recursively disabled)."""
+    return torch.compiler.disable(lambda: None).__code__
+
+
+def _in_torch(function) -> bool:
+    """Whether `function` is torch's own: defined in torch, and not a method bound to an object of a class defined
+    outside it (`torch.compiler.disable(model)` wraps the model's bound `__call__`)."""
+    owner = getattr(function, "__self__", None)
+    module = type(owner).__module__ if owner is not None else getattr(function, "__module__", None)
+    return (module or "").startswith("torch.")
+
+
+def compiling_switched_off() -> bool:
+    """Whether torch's switches turn compiling off for a call made from here: `TORCH_COMPILE_DISABLE=1` (which torch
+    reads at import into `torch._dynamo.config.disable`, a flag a program may also set), `TORCHDYNAMO_DISABLE=1`
+    (which torch reads at every `torch.compile`), the stance `torch.compiler.set_stance("force_eager")`, or a caller
+    on the stack wrapped by `torch.compiler.disable`, except where torch wraps its own functions (gradient
+    checkpointing's, around the forward it recomputes, which does not mean to switch anything off for what it
+    calls). torch itself honours neither of the first two for a function compiled before the switch, nor the last
+    for a function compiled explicitly; with `fullgraph=True` the first makes every call fail ("found no compiled
+    frames")."""
+    stance = getattr(torch._dynamo.eval_frame, "_stance", None)  # torch has no public getter of the stance
+    if (
+        torch._dynamo.config.disable
+        or os.environ.get("TORCHDYNAMO_DISABLE") == "1"
+        or getattr(stance, "stance", None) == "force_eager"
+    ):
+        return True
+    disabled, frame = _disabled_wrapper_code(), sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is disabled and not _in_torch(frame.f_locals.get("fn")):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _keeping_saved_tensors(backend):
+    """`backend` (a name or a compiler function) compiling with torch's donated buffers off: with them, the backward
+    of a compiled graph frees the tensors it saved as it runs, so that a second backward through the same graph
+    (`backward(retain_graph=True)` then `backward()`) or a gradient of the gradient (`create_graph=True`) fails ("This
+    backward function was compiled with non-empty donated buffers"). Only the graphs compiled through this function
+    are affected: the setting is read when a graph is compiled, and when a backward that keeps the graph runs
+    (`_TwiceDifferentiable.backward`)."""
+    compile_graph = torch._dynamo.lookup_backend(backend) if isinstance(backend, str) else backend
+
+    def compile_keeping_saved_tensors(graph, example_inputs):
+        with _without_donated_buffers():
+            return compile_graph(graph, example_inputs)
+
+    return compile_keeping_saved_tensors
+
+
+def _without_donated_buffers():
+    return torch._functorch.config.patch(donated_buffer=False)
+
+
+class _TwiceDifferentiable(torch.autograd.Function):
+    """A compiled graph called with grad as one autograd node: its backward is the graph's compiled backward, or, when
+    the gradient is itself to be differentiated (`backward(create_graph=True)`, `torch.autograd.grad(...,
+    create_graph=True)`: gradient penalties, Hessian-vector products), which torch cannot do through a compiled
+    backward ("torch.compile with aot_autograd does not currently support double backward"), the backward of the
+    eager function, recomputed from the saved inputs. Inside, the graph runs on detached copies of the inputs, the
+    dimensions `dynamic_args` names (`{argument index: dims}`) marked dynamic on them."""
+
+    @staticmethod
+    def forward(ctx, graph, fn, dynamic_args, *args):
+        leaves = [
+            arg.detach().requires_grad_(arg.requires_grad) if isinstance(arg, torch.Tensor) else arg for arg in args
+        ]
+        for index, dims in dynamic_args.items():
+            torch._dynamo.maybe_mark_dynamic(leaves[index], dims)
+        with torch.enable_grad():
+            outputs = graph(*leaves)
+        ctx.single = isinstance(outputs, torch.Tensor)
+        outputs = (outputs,) if ctx.single else tuple(outputs)
+        ctx.fn, ctx.graph = fn, (leaves, outputs)
+        ctx.others = [None if isinstance(arg, torch.Tensor) else arg for arg in args]
+        ctx.save_for_backward(*(arg if isinstance(arg, torch.Tensor) else None for arg in args))
+        return outputs[0].detach() if ctx.single else tuple(output.detach() for output in outputs)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        leaves, outputs = ctx.graph
+        keep = torch._C._autograd._get_current_graph_task_keep_graph()  # backward(retain_graph=True)
+        if not keep:
+            del ctx.graph
+        wanted = [index for index, leaf in enumerate(leaves) if _needs_grad(leaf)]
+        if torch.is_grad_enabled():  # create_graph=True: the eager function's backward, differentiable
+            inputs = [other if saved is None else saved for saved, other in zip(ctx.saved_tensors, ctx.others)]
+            with torch.enable_grad():
+                outputs = ctx.fn(*inputs)
+            outputs = (outputs,) if ctx.single else tuple(outputs)
+            targets, create = [inputs[index] for index in wanted], True
+        else:
+            targets, create = [leaves[index] for index in wanted], False
+        pairs = [(output, grad) for output, grad in zip(outputs, grads) if output.requires_grad]
+        # torch checks again when a compiled backward runs with the graph kept, against its global setting
+        with _without_donated_buffers() if keep and not create else contextlib.nullcontext():
+            computed = torch.autograd.grad(
+                [output for output, _ in pairs],
+                targets,
+                [grad for _, grad in pairs],
+                retain_graph=keep or create,
+                create_graph=create,
+                allow_unused=True,
+            )
+        result = [None] * len(leaves)
+        for index, grad in zip(wanted, computed):
+            result[index] = grad
+        return None, None, None, *result
+
+
+def _needs_grad(arg) -> bool:
+    return isinstance(arg, torch.Tensor) and arg.requires_grad
+
+
 class Fused:
     """`fn` computed as one compiled graph where compiling works, else eagerly: the function is compiled with
-    `torch.compile(fullgraph=True)` at its first compiled call in a process (its operations fused into a few kernels,
-    its backward too) and runs as written instead where a compiled call cannot or should not run:
+    `torch.compile(fullgraph=True)` once per kind of call in a process (`kind`: grad mode, dtypes, the shapes it is
+    specialised to), at the first call of that kind (its operations fused into a few kernels, its backward too), and
+    runs as written instead where a compiled call cannot or should not run:
 
     - inside a graph being compiled or exported (`torch.compile` of a whole model, `torch.export`, `torch.onnx.export`),
       which traces it with the rest;
     - under a dispatch mode such as torch's `FlopCounterMode` (torch.compile refuses to run under one) and under
       `torch.jit` tracing;
     - for the rest of the process once compiling it failed (no working C++ compiler for inductor on a CPU, say: one
-      warning names the reason). `TORCH_COMPILE_DISABLE=1`, torch's own switch, runs it eagerly everywhere;
-    - for inputs of a new kind once it was compiled for as many kinds (shapes, dtypes, grad modes) as torch's
-      recompile limit allows (one warning).
+      warning names the reason);
+    - wherever torch's own switches turn compiling off (`compiling_switched_off`: `TORCH_COMPILE_DISABLE=1`,
+      `TORCHDYNAMO_DISABLE=1`, `torch._dynamo.config.disable`, the stance `force_eager`, a caller wrapped by
+      `torch.compiler.disable`), silently;
+    - for a kind of call whose compiled function torch stopped recompiling (its recompile limit, which one graph per
+      kind does not reach unless something beyond the kind changes, such as the device: one warning for the process);
+    - under a functorch transform (`vmap`, `torch.func.grad`).
+
+    With grad, a call is one autograd node (`_TwiceDifferentiable`): its graphs keep what they save for backward
+    (`_keeping_saved_tensors`), so a graph kept by `backward(retain_graph=True)` takes a second backward, and a
+    gradient that is itself differentiated (`create_graph=True`) goes through the eager function's backward.
 
     `dynamic_dims` names the dimensions of tensor arguments that vary from call to call (`{"x": (0, 1)}`: the first
     two of argument `x`): they are compiled as symbols, every other dimension as the constant it is (`dynamic=False`
     with `torch._dynamo.maybe_mark_dynamic`), so one graph serves every token count, and a process whose inductor
-    cache holds it (one compiled by another process on the machine) loads it instead of compiling (a size of 1 still
-    gets its own graph: torch specialises it). Without it, torch's default: static first, dynamic on a change.
+    cache holds it (one compiled by another process on the machine) loads it instead of compiling. torch specialises
+    a size of 1, so whether each such dimension is 1 is part of the kind; the argument is made contiguous (its strides
+    are part of what torch specialises to). Without `dynamic_dims`, torch's default: static first, dynamic on a change.
 
     Both run the same operations, so they agree to float rounding; the tests hold the compiled one to the eager one."""
 
     backend = "inductor"  # what `torch.compile` compiles with
+    # calls in this process that ran a compiled graph of any `Fused` function: how a test tells which path a model took
+    compiled_calls: ClassVar[int] = 0
 
     def __init__(self, fn, dynamic_dims: dict[str, tuple[int, ...]] | None = None):
         functools.update_wrapper(self, fn)
@@ -358,49 +488,104 @@ class Fused:
             raise ValueError(f"dynamic_dims names {unknown}, which are not arguments of {fn.__name__}: {names}")
         self.dynamic_dims = dynamic_dims or {}
         self._dynamic_args = {names.index(name): dims for name, dims in self.dynamic_dims.items()}
-        self.compiled = None
+        self.graphs: dict[tuple, Any] = {}  # kind of call -> `fn` compiled for it, or None: that kind runs eagerly
         self.unavailable: str | None = None  # why compiling failed in this process
-        self.recompile_limit_hit = False  # whether a call ran eagerly past torch's recompile limit
+        self.recompile_limit_hit = False  # whether a kind of call runs eagerly past torch's recompile limit
 
     def active(self) -> bool:
-        """Whether a call now runs the compiled function."""
+        """Whether a call now runs a compiled function."""
         return (
             self.unavailable is None
             and not torch.compiler.is_compiling()
             and not is_in_torch_dispatch_mode()
             and not torch.jit.is_tracing()
+            # vmap, grad, jacrev: torch cannot differentiate a compiled graph twice (`_TwiceDifferentiable`), and a
+            # custom autograd function under them needs rules of its own; the eager function needs none
+            and torch._C._functorch.peek_interpreter_stack() is None
+            and not compiling_switched_off()
         )
 
     def compile(self):
-        """`fn` compiled as `__call__` runs it (once, at the first compiled call)."""
+        """`fn` compiled for one kind of call, as a function of its own: torch keeps the graphs of a compiled function
+        on its code object and counts them against its recompile limit (8) there, so the kinds of one function, which
+        can outnumber the limit (grad mode, and a size of 1 or not in each varying dimension), each get a copy of the
+        code."""
+        fn = self.fn
+        copy = types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+        copy.__kwdefaults__ = fn.__kwdefaults__
         dynamic = False if self.dynamic_dims else None
-        return torch.compile(self.fn, fullgraph=True, dynamic=dynamic, backend=self.backend)
+        return torch.compile(copy, fullgraph=True, dynamic=dynamic, backend=_keeping_saved_tensors(self.backend))
+
+    def kind(self, args) -> tuple:
+        """What torch specialises a compiled graph to, as far as it varies within a process: the grad mode; of each
+        tensor argument its dtype, whether it requires grad, its shape (a dimension of `dynamic_dims` only as 1 or
+        not) and its strides (those of an argument with dynamic dimensions follow from its shape: it is made
+        contiguous); any other argument's value. (Not the device, which costs a microsecond a tensor to read: a model
+        moved to another device gets a second graph in the same copy.)"""
+        kind = [torch.is_grad_enabled()]
+        for index, arg in enumerate(args):
+            if not isinstance(arg, torch.Tensor):
+                kind.append(arg)
+            elif index in self._dynamic_args:
+                dynamic = self._dynamic_args[index]
+                shape = tuple(size == 1 if dim in dynamic else size for dim, size in enumerate(arg.shape))
+                kind.append((arg.dtype, arg.requires_grad, shape))
+            else:
+                kind.append((arg.dtype, arg.requires_grad, arg.shape, arg.stride()))
+        return tuple(kind)
 
     def __call__(self, *args):
         if not self.active():
             return self.fn(*args)
-        if self.compiled is None:
-            self.compiled = self.compile()
         if self._dynamic_args:
             args = list(args)
-            for index, dims in self._dynamic_args.items():
-                if isinstance(args[index], nn.Parameter):  # marked on a view: the mark stays off the model
-                    args[index] = args[index].view_as(args[index])
-                torch._dynamo.maybe_mark_dynamic(args[index], dims)
+            for index in self._dynamic_args:
+                args[index] = args[index].contiguous()
+        kind = self.kind(args)
+        if kind not in self.graphs:
+            self.graphs[kind] = self.compile()
+        graph = self.graphs[kind]
+        if graph is None:
+            return self.fn(*args)
         try:
-            return self.compiled(*args)
+            if torch.is_grad_enabled() and any(isinstance(arg, torch.Tensor) and arg.requires_grad for arg in args):
+                result = _TwiceDifferentiable.apply(graph, self.fn, self._dynamic_args, *args)
+            else:
+                marked = list(args)
+                for index, dims in self._dynamic_args.items():  # on a view: the mark stays off the caller's tensor
+                    marked[index] = marked[index].view_as(marked[index])
+                    torch._dynamo.maybe_mark_dynamic(marked[index], dims)
+                result = graph(*marked)
         except torch._dynamo.exc.FailOnRecompileLimitHit:
-            # compiled for more input kinds (shapes, dtypes, grad modes) than torch's recompile limit: the kinds
-            # compiled so far keep their graphs, a new one runs eagerly
+            # something beyond the kind changed as often as torch's recompile limit allows: this kind runs eagerly
+            # from now on (calling its compiled function again would warn again, in torch's log, at every call; a
+            # forward whose checkpointed recomputation comes after this switch saves other tensors in it and fails
+            # with torch's checkpoint error, which one graph per kind makes as rare as the limit)
+            self.graphs[kind] = None
             if not self.recompile_limit_hit:
                 self.recompile_limit_hit = True
-                logger.warning(f"{self.fn.__name__} runs eagerly for new input kinds: torch's recompile limit is hit")
+                logger.warning(f"{self.fn.__name__} runs eagerly for a kind of input: torch's recompile limit is hit")
             return self.fn(*args)
         except torch._dynamo.exc.BackendCompilerFailed as error:
             reason = getattr(error, "inner_exception", None) or error
             self.unavailable = f"{type(reason).__name__}: {(str(reason).strip().splitlines() or [''])[0]}"
             logger.warning(f"{self.fn.__name__} runs eagerly in this process: torch.compile failed: {self.unavailable}")
             return self.fn(*args)
+        Fused.compiled_calls += 1
+        return result
+
+
+def dot_product_attention(query, key, value, keep, dropout: float, implementation: str | None) -> torch.Tensor:
+    """A mechanism's own multi-head attention `softmax(q k^T / sqrt(d)) v` (`[..., heads, tokens, head_dim]`), `keep`
+    a boolean mask broadcast over the scores (True: attended): torch's SDPA, or, where the model's attention
+    implementation is `"eager"`, the same written out, as the stock eager attention computes it, which can be
+    differentiated twice (torch's SDPA kernels on CPU have no second derivative: a gradient penalty needs eager)."""
+    if implementation != "eager":
+        return nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=keep, dropout_p=dropout)
+    scores = query @ key.transpose(-1, -2) / math.sqrt(query.shape[-1])
+    if keep is not None:
+        scores = scores.masked_fill(~keep, torch.finfo(scores.dtype).min)
+    return nn.functional.dropout(scores.softmax(-1), dropout) @ value
 
 
 class StatsAccumulator(nn.Module):
@@ -487,17 +672,16 @@ def has_parameter_prefix(name: str, prefix: str) -> bool:
     return bool(prefix) and any(part.startswith(prefix) for part in name.split("."))
 
 
-# --- what the interlayer package adds: the model card and the conversion report ----------------------------------
-
-INTERLAYER_LIBRARY = "interlayer.card"
+# --- what the interlayer package adds: the model card, the conversion report, staged saves -----------------------
 
 
-def interlayer_library():
-    """The module `interlayer.card` (the model card writer, the conversion report, the stock checkpoint's license) when
-    the interlayer package is imported in this process, else None. Saved folders do not ship it: a model loaded as
-    remote code in a process without interlayer loads, runs and saves the same, with no card written. Looked up by
+def interlayer_library(part: str = "card"):
+    """The module `interlayer.PART` when the interlayer package is imported in this process, else None: `card` (the
+    model card writer, the conversion report, the stock checkpoint's license) or `saving` (staged saves under a lock,
+    `interlayer/saving.py`). Saved folders do not ship them: a model loaded as remote code in a process without
+    interlayer loads and runs the same, and saves in place, as transformers does, with no card written. Looked up by
     name, not registered here: remote code runs its own copy of this file, which the package's import does not reach."""
-    return sys.modules.get(INTERLAYER_LIBRARY)
+    return sys.modules.get(f"interlayer.{part}")
 
 
 def is_interlayer_card(path) -> bool:
@@ -530,20 +714,26 @@ class ZooModelMixin:
     # output magnitude in float32: 0 for a mechanism that computes it bit for bit (`stock_function_words`)
     stock_function_tolerance: ClassVar[float] = 0.0
 
+    def post_init(self):
+        """The stock `post_init`, then the model's Hub tags (`hub_tags`) in `model_tags`, which transformers'
+        `push_to_hub` and the `Trainer`'s draft card keep (as PEFT and TRL tag theirs)."""
+        super().post_init()
+        self.add_model_tags(self.hub_tags())
+
+    def hub_tags(self) -> list[str]:
+        """The tags that name the model on the Hub: `interlayer` and its mechanism (`hyper-connections`,
+        `latent-back-projection`)."""
+        return ["interlayer", self.mechanism_name.lower().replace(" ", "-")]
+
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
         """The stock `from_pretrained`, then the mechanism's `finish_loading`. Loading a stock checkpoint (a
         conversion) also remembers the parameters' state, so that the model card can say whether the saved model is
         still the untrained conversion. A folder missing because a save into it was cut between its two renames is
         refused with what to do."""
-        if isinstance(pretrained_model_name_or_path, (str, os.PathLike)):
-            path = os.fspath(pretrained_model_name_or_path)
-            if not os.path.exists(path) and any(os.path.isdir(f) for f in staging_folders(path)):
-                raise OSError(
-                    f"{path} is missing: a save into it was interrupted while swapping it into place (the model is in "
-                    f"{' or '.join(staging_folders(path))}). Save into it again, or run "
-                    f"`interlayer.zoo.recover_interrupted_save({path!r})`, which puts the complete model back."
-                )
+        saving = interlayer_library("saving")
+        if saving is not None and isinstance(pretrained_model_name_or_path, (str, os.PathLike)):
+            saving.refuse_interrupted_swap(os.fspath(pretrained_model_name_or_path))
         return cls._load(pretrained_model_name_or_path, pretrained_model_name_or_path, *args, **kwargs)
 
     @classmethod
@@ -725,33 +915,25 @@ class ZooModelMixin:
         }
 
     def save_pretrained(self, save_directory, *args, **kwargs):
-        """The stock method, safe against interruption, then the model card.
+        """The stock method, safe against interruption and other processes saving into the folder, then the model card.
 
         `auto_map` names every class of this model's file registered for an Auto class (the base model too), so any
-        Auto class loads the folder with `trust_remote_code=True`. Everything is written into a hidden folder beside
-        `save_directory` that then takes its place (`swap_into_place`), so a save killed at any moment leaves the
-        previous model or the new one, never a mix of their weight shards. What else the folder holds (a Trainer's
-        checkpoints and logs, a tokenizer) is kept; the previous model's weight files are not. A folder that cannot be
-        staged beside (`can_stage_beside`: a mount point, the working directory, a parent without write access) is
-        written in place with a warning; a process that does not write (`is_main_process=False`, a rank other than
-        0) and a distributed or tensor-parallel checkpoint write in place, as transformers does."""
+        Auto class loads the folder with `trust_remote_code=True`. Everything is written into a hidden folder of this
+        save's own beside `save_directory` that then takes its place under a lock (`interlayer.saving`), so a save
+        killed at any moment, or several processes saving at once, leave one model whole, never a mix of their weight
+        shards. What else the folder holds (a Trainer's checkpoints and logs, a tokenizer) is kept; the previous
+        model's weight files are not. A folder that cannot be staged beside (`can_stage_beside`: a mount point, the
+        working directory, a parent without write access) is written in place with a warning; a process that does
+        not write (`is_main_process=False`, a rank other than 0), a distributed or tensor-parallel checkpoint, and
+        remote code in a process without the interlayer package write in place, as transformers does."""
         self.config.auto_map = {**(getattr(self.config, "auto_map", None) or {}), **self._sibling_auto_map()}
         save_directory = os.fspath(save_directory)
+        saving = interlayer_library("saving")
+        if saving is None or not self._writes_alone(kwargs):
+            return self.save_unstaged(save_directory, *args, **kwargs)
         if kwargs.get("push_to_hub"):  # the Hub repository is named after the folder, not after its staging name
             kwargs.setdefault("repo_id", os.path.basename(os.path.abspath(save_directory)))
-        if not self._writes_alone(kwargs):
-            return self.save_unstaged(save_directory, *args, **kwargs)
-        if not can_stage_beside(save_directory):
-            warn_saving_in_place(save_directory)
-            return self.save_unstaged(save_directory, *args, **kwargs)
-        results, folder_name = [], os.path.basename(os.path.realpath(save_directory))
-        swap_into_place(
-            save_directory,
-            lambda staging: results.append(self.save_unstaged(staging, *args, card_name=folder_name, **kwargs)),
-            # a card of the previous weights would describe the new ones wrongly: it goes, with or without a new one
-            keep=lambda name: not is_weights_file(name) and not is_interlayer_card(os.path.join(save_directory, name)),
-        )
-        return results[0]
+        return saving.save_model_staged(self, save_directory, *args, **kwargs)
 
     def save_unstaged(self, save_directory, *args, card_name=None, **kwargs):
         """`save_pretrained` written straight into `save_directory` (no staging folder), then the model card, whose
@@ -903,132 +1085,6 @@ def tensor_checksum(tensor: torch.Tensor) -> str:
 def parameter_checksums(named_tensors) -> dict[str, tuple]:
     """`{name: (shape, tensor_checksum)}` for `(name, tensor)` pairs (`model.named_parameters()`)."""
     return {name: (tuple(t.shape), tensor_checksum(t)) for name, t in named_tensors}
-
-
-# --- saving a folder safely ----------------------------------------------------------------------------------------
-
-_STAGING_JOURNAL = ".interlayer-carried.json"  # in a complete staging folder: the entries carried over from the old one
-_WEIGHTS_FILE = re.compile(
-    r"(model|pytorch_model)(\.[\w-]+)?(-\d{5}-of-\d{5})?\.(safetensors|bin)"
-    r"|(model|pytorch_model)\.(safetensors|bin)(\.[\w-]+)?\.index(\.[\w-]+)?\.json"
-)
-
-
-def is_weights_file(name: str) -> bool:
-    """Whether `name` is a file of the model weights `save_pretrained` writes (`model.safetensors`, its shards
-    `model-00001-of-00004.safetensors` and index, their variants, and the `pytorch_model` forms)."""
-    return _WEIGHTS_FILE.fullmatch(name) is not None
-
-
-def staging_folders(output_dir) -> tuple[str, str]:
-    """The hidden folders beside `output_dir` that a safe save writes the new model into and parks the old one in
-    while it swaps them: `.NAME.interlayer-new` and `.NAME.interlayer-old`."""
-    parent, name = os.path.split(os.path.realpath(os.fspath(output_dir)))
-    return os.path.join(parent, f".{name}.interlayer-new"), os.path.join(parent, f".{name}.interlayer-old")
-
-
-def can_stage_beside(output_dir) -> bool:
-    """Whether a save into `output_dir` can be staged beside it: on a POSIX system (where a folder with open files,
-    such as a Trainer's TensorBoard logs, can be renamed, and a rename replaces an empty folder), when it is not a
-    mount point (which cannot be renamed), nor the working directory or a folder above it, and its parent (or the
-    nearest folder above that exists) can be written."""
-    target = os.path.realpath(os.fspath(output_dir))
-    parent = os.path.dirname(target)
-    while not os.path.isdir(parent) and os.path.dirname(parent) != parent:
-        parent = os.path.dirname(parent)
-    cwd = os.path.realpath(os.getcwd())
-    holds_cwd = cwd == target or cwd.startswith(target + os.sep)  # renamed away, it would leave the process nowhere
-    return os.name == "posix" and not os.path.ismount(target) and not holds_cwd and os.access(parent, os.W_OK)
-
-
-def warn_saving_in_place(output_dir) -> None:
-    logger.warning(
-        f"{output_dir} cannot be saved through a folder beside it (a mount point, the working directory or a folder "
-        "above it, a parent without write access, or not a POSIX system): saving in place, as transformers does; a "
-        "save interrupted there can leave a folder that mixes two models."
-    )
-
-
-def _remove(path: str) -> None:
-    if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path, ignore_errors=True)
-    elif os.path.lexists(path):
-        os.remove(path)
-
-
-def recover_interrupted_save(output_dir) -> None:
-    """Finish or undo what a save killed part-way left behind, so that `output_dir` holds a whole model: a complete
-    staging folder whose swap was cut between its two renames goes into place; a complete one whose swap had not
-    started gives back the entries carried into it and is removed; an incomplete one is removed; the previous model
-    parked in `.NAME.interlayer-old` goes back if `output_dir` is missing, and is removed otherwise."""
-    output_dir = os.path.realpath(os.fspath(output_dir))
-    new, old = staging_folders(output_dir)
-    journal = os.path.join(new, _STAGING_JOURNAL)
-    if os.path.isfile(journal):
-        if not os.path.exists(output_dir):
-            os.replace(new, output_dir)
-        else:
-            with open(journal, encoding="utf-8") as f:
-                carried = json.load(f)
-            for name in carried:
-                if os.path.lexists(os.path.join(new, name)) and not os.path.lexists(os.path.join(output_dir, name)):
-                    os.replace(os.path.join(new, name), os.path.join(output_dir, name))
-    _remove(new)
-    if os.path.isdir(old):
-        if os.path.exists(output_dir):
-            _remove(old)
-        else:
-            os.replace(old, output_dir)
-    if os.path.isdir(output_dir) and os.path.lexists(os.path.join(output_dir, _STAGING_JOURNAL)):
-        os.remove(os.path.join(output_dir, _STAGING_JOURNAL))
-
-
-def swap_into_place(output_dir, write, keep=None) -> str:
-    """Write a folder safely: `write(staging)` fills a hidden folder beside `output_dir`, which then takes its place,
-    so that a process killed at any moment leaves `output_dir` with the previous content or the new, never a mix.
-
-    `keep(name) -> bool` names entries of the existing folder to carry into the new one (those the new one does not
-    have): they are listed in a journal in the staging folder, then moved, then the old folder is parked as
-    `.NAME.interlayer-old` and the staging folder renamed into place. An exception puts everything back; after a
-    kill, `recover_interrupted_save` (which the next save into the folder runs first) finishes the swap or undoes it
-    from the journal. Returns the folder's path."""
-    output_dir = os.path.realpath(os.fspath(output_dir))
-    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
-        raise FileExistsError(f"{output_dir} exists and is not a folder.")
-    recover_interrupted_save(output_dir)
-    new, old = staging_folders(output_dir)
-    os.makedirs(new)
-    carried: list[str] = []
-    try:
-        write(new)
-        if os.path.isdir(output_dir):
-            shutil.copymode(output_dir, new)  # the folder keeps its permissions (a group-writable shared folder)
-        if keep is not None and os.path.isdir(output_dir):
-            present = set(os.listdir(new))
-            carried = sorted(n for n in os.listdir(output_dir) if n not in present and keep(n))
-        with open(os.path.join(new, _STAGING_JOURNAL + ".tmp"), "w", encoding="utf-8") as f:
-            json.dump(carried, f)
-        os.replace(os.path.join(new, _STAGING_JOURNAL + ".tmp"), os.path.join(new, _STAGING_JOURNAL))
-        for name in carried:
-            os.replace(os.path.join(output_dir, name), os.path.join(new, name))
-        if os.path.exists(output_dir):
-            os.replace(output_dir, old)
-        os.replace(new, output_dir)
-    except BaseException:
-        if os.path.isdir(old) and not os.path.exists(output_dir):
-            os.replace(old, output_dir)
-        if os.path.isdir(new):  # the swap did not happen: what was carried goes back
-            for name in carried:
-                if os.path.lexists(os.path.join(new, name)):
-                    os.replace(os.path.join(new, name), os.path.join(output_dir, name))
-            _remove(new)
-        raise
-    os.remove(os.path.join(output_dir, _STAGING_JOURNAL))
-    if os.path.exists(old):
-        _remove(old)
-        if os.path.exists(old):
-            warnings.warn(f"The model is saved in {output_dir}, but the previous one could not be removed from {old}.")
-    return output_dir
 
 
 # --- the card's metadata -------------------------------------------------------------------------------------------

@@ -16,7 +16,6 @@ import platform
 import shlex
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -214,12 +213,17 @@ def run_path(out: Path, recipe: Recipe, method: str, seed: int, lr_scale: float 
 
 
 def write_json_atomically(path: Path, payload: dict) -> None:
+    """Write a record whole, by the rule of every save (`save_file_atomically`): several runs may write it at once."""
+    from ..saving import save_file_atomically
+
+    def write(staged):
+        with open(staged, "w", encoding="utf-8") as f:
+            json.dump(payload, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=".tmp-", suffix=".json", delete=False) as f:
-        json.dump(payload, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(f.name, path)
+    save_file_atomically(path, write)
 
 
 def measured_run(
@@ -426,15 +430,18 @@ def csv_rows(record: dict) -> list[dict]:
 
 
 def write_csv(path: Path, records: list[dict]) -> None:
+    from ..saving import save_file_atomically
+
     rows = [row for record in records for row in csv_rows(record)]
+
+    def write(staged):
+        with open(staged, "w", encoding="utf-8", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=COLUMNS)
+            writer.writeheader()
+            writer.writerows(rows)
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(
-        "w", dir=path.parent, prefix=".tmp-", suffix=".csv", delete=False, newline=""
-    ) as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-    os.replace(f.name, path)
+    save_file_atomically(path, write)
 
 
 def read_csvs(folder: Path) -> list[dict]:

@@ -50,6 +50,7 @@ from pathlib import Path
 
 import torch
 
+from ..saving import save_file_atomically
 from .core import Estimate, Recipe, RunResult, checkpoints, gpu_estimate, lr
 from .loops import fingerprint, lm_eval_loss, param_groups, train
 
@@ -310,9 +311,7 @@ def token_blocks(scale: str, checkpoint: str, block: int, workdir: Path) -> tupl
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
     split = (lm_blocks(tokenizer(text[:cut])["input_ids"], block), lm_blocks(tokenizer(text[cut:])["input_ids"], block))
     cache.parent.mkdir(parents=True, exist_ok=True)
-    partial = cache.with_suffix(".tmp")
-    torch.save(split, partial)
-    partial.replace(cache)
+    save_file_atomically(cache, lambda staged: torch.save(split, staged))
     return split
 
 

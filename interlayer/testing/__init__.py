@@ -47,9 +47,20 @@ THEMES = (
 )
 
 
+# the parts whose outcome a class's options (a mechanism's form, mode or sizes) can change; the others (the outputs API,
+# PEFT's wrapping of the stock projections, saving and the card, the documented config errors) are the class's
+CLASS_THEMES = (OutputsTests, PeftTests, SharingTests, ErrorTests)
+OPTION_THEMES = tuple(theme for theme in THEMES if theme not in CLASS_THEMES)
+
+
 class ConformanceSuite(*THEMES, ConformanceBase):
     """Every part of the conformance suite: subclass as `TestXConformance(ConformanceSuite)` and implement
     `make_case`."""
+
+
+class OptionsConformanceSuite(*OPTION_THEMES, ConformanceBase):
+    """The parts of the suite that depend on a class's options, for a further option set of a class that
+    `ConformanceSuite` already runs on (another form or mode of the mechanism on the same family)."""
 
 
 def conformance_table() -> str:
@@ -65,4 +76,13 @@ def conformance_table() -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["THEMES", "ConformanceBase", "ConformanceCase", "ConformanceSuite", "conformance_table"]
+__all__ = [
+    "CLASS_THEMES",
+    "OPTION_THEMES",
+    "THEMES",
+    "ConformanceBase",
+    "ConformanceCase",
+    "ConformanceSuite",
+    "OptionsConformanceSuite",
+    "conformance_table",
+]

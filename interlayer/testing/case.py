@@ -3,7 +3,10 @@ the helpers of its checks."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import logging
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -67,6 +70,30 @@ def _assert_close_scaled(actual, expected, tolerance, msg):
     expected = expected.float()
     atol = tolerance * expected.abs().max().item()
     torch.testing.assert_close(actual.float(), expected, atol=atol, rtol=tolerance, msg=msg)
+
+
+@contextlib.contextmanager
+def _nothing_warned(loggers=("torch", "transformers.interlayer")):
+    """Inside, every Python warning and every log record of WARNING or above from `loggers` (torch's, the zoo's) is
+    kept (the loggers' levels set to WARNING meanwhile: an earlier test may have silenced them); on leaving, asserts
+    that there was none."""
+    records = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = records.append
+    saved = [(logging.getLogger(name), logging.getLogger(name).level) for name in loggers]
+    for logger, _ in saved:
+        logger.addHandler(handler)
+        logger.setLevel(logging.WARNING)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield
+    finally:
+        for logger, level in saved:
+            logger.removeHandler(handler)
+            logger.setLevel(level)
+    said = [str(w.message) for w in caught] + [r.getMessage() for r in records]
+    assert not said, f"warned: {said}"
 
 
 def _without_dropout(model):

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
 from .case import (
     _STOCK_FULLGRAPH,
+    _nothing_warned,
     _output,
 )
 
@@ -72,3 +75,50 @@ class AttentionAndCompileTests:
             optimizer.zero_grad()
             frames.append(counter.frame_count)
         assert frames[0] > 0 and frames[2] == frames[1], f"graphs compiled after each step: {frames}"
+
+    def test_torch_compile_switches_give_the_eager_path(self, tmp_path, monkeypatch):
+        """Each of torch's switches that turn compiling off (`TORCH_COMPILE_DISABLE=1`, which torch reads at import
+        into `torch._dynamo.config.disable`; `TORCHDYNAMO_DISABLE=1`; a caller wrapped by `torch.compiler.disable`;
+        the stance `force_eager`) makes a model whose defaults compile a function (`zoo_common.Fused`: the mHC
+        coefficients, the HDIM scorer) compute it eagerly, silently: a no-grad forward, and the loss and every
+        gradient of a forward with grad, equal those of the compiled default to float rounding, no compiled graph
+        runs and nothing is warned or logged. (tests/tooling/test_compile_switches.py sets the variables before torch
+        is imported, in a fresh process.)"""
+        from ..models.zoo_common import Fused
+
+        folder, _ = self._stock(tmp_path)
+        model = self._zoo(folder, **self.case.active_options)
+        batch = self.case.make_batch()
+        labels = self.case.labels(batch)
+        params = [p for p in model.parameters() if p.requires_grad]
+
+        def run():
+            with torch.no_grad():
+                output = _output(model, batch, self.case.output_name)
+            loss = model(**batch, labels=labels).loss
+            return output, loss, torch.autograd.grad(loss, params, allow_unused=True)
+
+        compiled_before = Fused.compiled_calls
+        expected = run()
+        if Fused.compiled_calls == compiled_before:
+            pytest.skip(f"{type(model).__name__} compiles nothing with these options (no `zoo_common.Fused` call ran)")
+
+        @contextlib.contextmanager
+        def environment(**variables):
+            with monkeypatch.context() as patch:
+                for name, value in variables.items():
+                    patch.setenv(name, value)
+                yield
+
+        switches = {
+            "TORCH_COMPILE_DISABLE=1": lambda: torch._dynamo.config.patch(disable=True),
+            "TORCHDYNAMO_DISABLE=1": lambda: environment(TORCHDYNAMO_DISABLE="1"),
+            "torch.compiler.disable": contextlib.nullcontext,
+            "torch.compiler.set_stance('force_eager')": lambda: torch.compiler.set_stance("force_eager"),
+        }
+        for switch, context in switches.items():
+            compiled_before = Fused.compiled_calls
+            with context(), _nothing_warned():
+                got = torch.compiler.disable(run)() if switch == "torch.compiler.disable" else run()
+            assert Fused.compiled_calls == compiled_before, f"{switch}: a compiled graph ran"
+            torch.testing.assert_close(got, expected, msg=lambda m: f"{switch}: {m}")

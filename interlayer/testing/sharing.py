@@ -100,7 +100,8 @@ class SharingTests:
         return open(os.path.join(folder, "README.md"), encoding="utf-8").read()
 
     def test_save_load_reproduces_outputs(self, tmp_path):
-        """`save_pretrained` -> `from_pretrained` reproduces outputs; `auto_map` and the model card are written"""
+        """`save_pretrained` -> `from_pretrained` reproduces outputs; `auto_map` and the model card are written; the
+        model and the reloaded one carry `model_tags` (`interlayer`, the mechanism) for a Trainer's card"""
         _, model = self._trained_copy(tmp_path)
         out_dir = str(tmp_path / "saved")
         model.save_pretrained(out_dir)
@@ -114,6 +115,9 @@ class SharingTests:
         assert self.case.auto_class_name in config["auto_map"]
         card = open(os.path.join(out_dir, "README.md")).read()
         assert card.startswith("---\n") and "library_name" in card and "interlayer" in card
+        tags = model.hub_tags()
+        assert tags[0] == "interlayer" and all(f'"{tag}"' in card.split("---")[1] for tag in tags), tags
+        assert model.model_tags[:2] == tags and loaded.model_tags[:2] == tags, (model.model_tags, loaded.model_tags)
 
     def test_fresh_process_loads_remote_code_offline(self, tmp_path):
         """An interpreter where `interlayer` cannot be imported (`RemoteCodeLoader`) loads the folder through the

@@ -146,3 +146,43 @@ class TrainingTests:
             losses = (getattr(out, "task_loss", None), getattr(out, "lm_loss", None), out.loss)
             got = next(loss for loss in losses if loss is not None)
             torch.testing.assert_close(got.float(), expected.float(), equal_nan=True, msg=lambda m: f"{name}: {m}")
+
+    def test_a_retained_graph_takes_a_second_backward(self, tmp_path):
+        """A forward whose graph is kept (`backward(retain_graph=True)`) takes a second backward, which adds the same
+        gradients again: every gradient is then twice the first's. (The compiled defaults, `zoo_common.Fused`, compile
+        with torch's donated buffers off: with them, a compiled backward frees what it saved as it runs.)"""
+        folder, _ = self._stock(tmp_path)
+        model = self._zoo(folder, **self.case.active_options)
+        batch = self.case.make_batch()
+        loss = model(**batch, labels=self.case.labels(batch)).loss
+        loss.backward(retain_graph=True)
+        first = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        loss.backward()
+        assert first, "no gradient"
+        for name, p in model.named_parameters():
+            if name in first:
+                torch.testing.assert_close(p.grad, 2 * first[name], msg=lambda m: f"{name}: {m}")
+
+    def test_gradient_of_a_gradient_penalty(self, tmp_path):
+        """With eager attention (torch's SDPA kernels on CPU have no second derivative, in the stock layers as in a
+        mechanism's own attention), the gradient of a gradient penalty (`torch.autograd.grad(loss, params,
+        create_graph=True)`, then the gradient of the penalty's sum of squares) is computed, and equals the one
+        computed with compiling switched off: a compiled default (`zoo_common.Fused`), whose compiled backward torch
+        cannot differentiate, differentiates its eager function there instead."""
+        folder, _ = self._stock(tmp_path)
+        model = self._zoo(folder, attn_implementation="eager", **self.case.active_options)
+        batch = self.case.make_batch()
+        labels = self.case.labels(batch)
+        params = [p for p in model.parameters() if p.requires_grad]
+
+        def penalty_gradients():
+            loss = model(**batch, labels=labels).loss
+            grads = torch.autograd.grad(loss, params, create_graph=True, allow_unused=True)
+            penalty = sum(grad.pow(2).sum() for grad in grads if grad is not None)
+            return torch.autograd.grad(penalty, params, allow_unused=True)
+
+        got = penalty_gradients()
+        with torch._dynamo.config.patch(disable=True):
+            expected = penalty_gradients()
+        assert any(grad is not None for grad in got), "no gradient"
+        torch.testing.assert_close(got, expected)

@@ -13,7 +13,7 @@ from stock_checkpoints import build_stock_llama, build_stock_roberta
 import interlayer.zoo as zoo
 from interlayer.cli import main
 from interlayer.models.zoo_common import ConfigError, mechanism_field_names
-from interlayer.zoo import ZOO, convert, save_atomically, staging_folders
+from interlayer.zoo import ZOO, convert, parked_folder, save_atomically
 
 CONFIG_CLASSES = list(dict.fromkeys(e.config_class for e in ZOO))
 
@@ -177,9 +177,9 @@ def test_save_after_a_killed_save_restores_the_parked_model(tmp_path):
     out = str(tmp_path / "model")
     save_atomically(first, out)
     kept = _saved_weight(out)
-    new, old = staging_folders(out)
+    old = parked_folder(out)
     os.replace(out, old)  # what a process killed between the two renames leaves behind
-    os.makedirs(new)
+    os.makedirs(tmp_path / ".model.interlayer-new-0123abcd")  # and the staging folder of a save killed earlier
     with pytest.raises(FileExistsError):  # the parked model is back, so the folder is not empty
         save_atomically(second, out)
     torch.testing.assert_close(_saved_weight(out), kept)
@@ -193,7 +193,7 @@ def test_save_warns_but_succeeds_when_the_old_folder_cannot_be_removed(tmp_path,
     out = str(tmp_path / "model")
     save_atomically(first, out)
     real_rmtree = shutil.rmtree
-    _, old = staging_folders(out)
+    old = parked_folder(out)
 
     def stubborn_rmtree(path, ignore_errors=False, **kwargs):
         if os.path.abspath(path) == old:

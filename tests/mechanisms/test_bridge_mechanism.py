@@ -245,9 +245,45 @@ def test_fused_hdim_scorer_counts_the_eager_flops(roberta_dir, monkeypatch):
     assert calls == [] and flops[0] == flops[1] > 0
 
 
-def test_fused_hdim_scorer_runs_eagerly_past_the_recompile_limit(roberta_dir, monkeypatch):
-    """Past torch's recompile limit (here 1 compiled kind) the fused scorer runs a new kind of input (here bfloat16
-    after float32) eagerly, with one warning, instead of failing: each step equals the eager scorer's."""
+def test_fused_hdim_scorer_compiles_once_per_kind_of_call(roberta_dir, monkeypatch):
+    """Batches of 1 to 3 examples of several lengths (chunks of one target token among them), with and without grad:
+    the compiled scorer compiles once for each kind of call (grad mode, a batch of 1 or more, a chunk of 1 token or
+    more) and runs every call compiled, and nothing is warned, neither by torch nor by the zoo (before: these made
+    torch specialise the one compiled function more often than its recompile limit, 8, allows, chunks of the target
+    tokens being contiguous or not, and torch warned at every later call of a new kind); the logits and gradients
+    equal the eager scorer's."""
+    from torch._dynamo.testing import CompileCounter
+
+    from interlayer.testing.case import _nothing_warned
+
+    torch._dynamo.reset()
+    counter = CompileCounter()  # dynamo's graph capture alone: what torch specialises and limits, without inductor
+    calls = counting_fused(monkeypatch, modeling_bridge, "fused_hdim_pair_logits", backend=counter)
+    eager, fused = hdim_bridge(roberta_dir, hdim_fused=False), hdim_bridge(roberta_dir)
+    # (sentence lengths) of each example: 9, 7, 13, 22 (chunks of 7, 7, 7 and 1), 11, 14 and 22 tokens
+    shapes = [((3, 2),), ((2, 1), (1, 1)), ((5, 4), (3, 2), (2, 2)), ((9, 9), (1, 1)), ((4, 3),), ((6, 3), (5, 5))]
+    shapes.append(((9, 9),))
+    with _nothing_warned():
+        for lengths in shapes:
+            batch = pair_batch("roberta", lengths=lengths)
+            with torch.no_grad():
+                torch.testing.assert_close(fused(**batch).logits, eager(**batch).logits)
+            expected, expected_grads = training_step(eager, batch)
+            got, grads = training_step(fused, batch)
+            torch.testing.assert_close(got.logits, expected.logits)
+            for name, grad in expected_grads.items():
+                torch.testing.assert_close(grads[name], grad, msg=name)
+    graphs = modeling_bridge.fused_hdim_pair_logits.graphs
+    assert len(graphs) == 8 and None not in graphs.values()  # 2 grad modes x batch of 1 or not x chunk of 1 or not
+    assert counter.frame_count == len(graphs)  # one graph per kind
+    assert len(calls) > counter.frame_count  # and calls of a kind met before ran its graph
+
+
+def test_fused_hdim_scorer_runs_a_kind_eagerly_past_the_recompile_limit(roberta_dir, monkeypatch):
+    """Where torch refuses to compile a kind of call again (its recompile limit, here set to 0; with a graph per kind,
+    only a change the kind does not cover, such as the device, could reach it) the scorer runs that kind eagerly from
+    then on, with one warning for the process, and never calls torch for it again (which would warn again at every
+    call), instead of failing: each step, before and after the limit is restored, equals the eager scorer's."""
     from interlayer.models import zoo_common
 
     torch._dynamo.reset()
@@ -255,15 +291,17 @@ def test_fused_hdim_scorer_runs_eagerly_past_the_recompile_limit(roberta_dir, mo
     monkeypatch.setattr(zoo_common.logger, "warning", warnings.append)
     calls = counting_fused(monkeypatch, modeling_bridge, "fused_hdim_pair_logits")
     batch = pair_batch("roberta", lengths=((20, 17), (9, 4)))
-    for dtype in (torch.float32, torch.bfloat16):
-        eager, eager_grads = training_step(hdim_bridge(roberta_dir, hdim_fused=False).to(dtype), batch)
-        with torch._dynamo.config.patch(recompile_limit=1):
-            fused, fused_grads = training_step(hdim_bridge(roberta_dir).to(dtype), batch)
+    eager, eager_grads = training_step(hdim_bridge(roberta_dir, hdim_fused=False), batch)
+    for limit in (0, torch._dynamo.config.recompile_limit):
+        with torch._dynamo.config.patch(recompile_limit=limit):
+            fused, fused_grads = training_step(hdim_bridge(roberta_dir), batch)
         torch.testing.assert_close(fused.logits, eager.logits)
         for name, grad in eager_grads.items():
             torch.testing.assert_close(fused_grads[name], grad, msg=name)
-    assert calls and [w for w in warnings if "recompile limit" in w] == [
-        "hdim_pair_logits runs eagerly for new input kinds: torch's recompile limit is hit"
+    graphs = modeling_bridge.fused_hdim_pair_logits.graphs
+    assert graphs and set(graphs.values()) == {None} and len(calls) == len(graphs)  # one try per kind
+    assert [w for w in warnings if "recompile limit" in w] == [
+        "hdim_pair_logits runs eagerly for a kind of input: torch's recompile limit is hit"
     ]
 
 

@@ -254,6 +254,10 @@ class _FakeHub:
             with open(op.path_or_fileobj, "rb") as f:
                 self.uploaded[op.path_in_repo] = f.read()
 
+    def upload_folder(self, repo_id, folder_path, **kwargs):  # a Trainer's push: the card is all that is read here
+        with open(os.path.join(folder_path, "README.md"), "rb") as f:
+            self.uploaded["README.md"] = f.read()
+
 
 def test_push_to_hub_uploads_the_zoo_card_naming_the_repository(tmp_path, monkeypatch):
     """`push_to_hub` replaces the folder's card with transformers' generic one before uploading; the zoo's card is
@@ -280,6 +284,60 @@ def test_push_to_hub_uploads_the_zoo_card_naming_the_repository(tmp_path, monkey
     monkeypatch.chdir(tmp_path)
     model.save_pretrained("local-copy", push_to_hub=True)
     assert 'from_pretrained("local-copy", trust_remote_code=True)' in hub.uploaded["README.md"].decode()
+
+
+def test_trainer_push_to_hub_names_the_mechanism_and_can_publish_the_full_card(tmp_path, monkeypatch):
+    """`Trainer.push_to_hub` saves the model (the zoo's card), then writes its own draft over README.md and uploads
+    it. The model's `model_tags` put `interlayer` and the mechanism into the draft's tags (before: only
+    `generated_from_trainer`); with `attach_card(trainer)` the card uploaded is the zoo's, its snippet loading the Hub
+    repository, with the Trainer's metadata (tags, datasets, `model-index`) and its evaluation results and training
+    procedure below it, and never the draft's claim that the model was trained from scratch."""
+    import transformers.trainer
+    import yaml
+    from datasets import Dataset
+    from transformers import Trainer, TrainingArguments
+
+    from interlayer.card import attach_card
+
+    hub = _FakeHub()
+    monkeypatch.setattr(transformers.trainer, "hf_api", lambda: hub)
+    build_stock_llama(str(tmp_path / "stock"))
+    model = LlamaLatentForCausalLM.from_pretrained(tmp_path / "stock")
+    assert model.model_tags == ["interlayer", "latent-back-projection"]
+    rows = Dataset.from_list([{"input_ids": ids, "labels": ids} for ids in torch.randint(0, 128, (8, 8)).tolist()])
+    args = TrainingArguments(
+        str(tmp_path / "run"),
+        max_steps=2,
+        per_device_train_batch_size=4,
+        learning_rate=1e-3,
+        eval_strategy="steps",
+        eval_steps=1,
+        hub_model_id="acme/tiny-latent",
+        report_to=[],
+        use_cpu=True,
+    )
+    trainer = Trainer(model=model, args=args, train_dataset=rows, eval_dataset=rows)
+    trainer.train()
+
+    trainer.push_to_hub(dataset_tags="tiny-rows")
+    draft = hub.uploaded["README.md"].decode()
+    tags = yaml.safe_load(_front_matter(draft))["tags"]
+    assert {"interlayer", "latent-back-projection", "generated_from_trainer"} <= set(tags), tags
+
+    attach_card(trainer).push_to_hub(dataset_tags="tiny-rows")
+    card = hub.uploaded["README.md"].decode()
+    meta = yaml.safe_load(_front_matter(card))
+    assert {"interlayer", "latent-back-projection", "custom_code", "generated_from_trainer"} <= set(meta["tags"])
+    assert meta["datasets"] == ["tiny-rows"] and meta["model-index"][0]["name"] == "tiny-latent"
+    assert card.index("# LlamaLatentForCausalLM (Latent back-projection)") < card.index("## Settings")
+    assert 'AutoModelForCausalLM.from_pretrained("acme/tiny-latent", trust_remote_code=True)' in card
+    training = card[card.index("## Training\n") :]
+    assert "which reports on the evaluation set:\n\n- Loss: " in training
+    assert "### Training hyperparameters" in training and "- learning_rate: 0.001" in training
+    assert "### Training results" in training and "Training procedure" not in training
+    assert "trained from scratch" not in card and "More information needed" not in card
+    assert "untrained conversion" not in card
+    assert (tmp_path / "run" / "README.md").read_text() == card
 
 
 def _missing():
@@ -338,14 +396,16 @@ def test_the_tested_transformers_releases_are_the_installed_range():
 
 
 def test_saved_folder_ships_no_card_writing_code(tmp_path):
-    """The model card and the conversion report are written by the interlayer package (`interlayer/card.py`); the
-    folder `save_pretrained` writes ships the modeling code only."""
+    """The model card and the conversion report are written by the interlayer package (`interlayer/card.py`), and the
+    staged, locked save is the package's too (`interlayer/saving.py`); the folder `save_pretrained` writes ships the
+    modeling code only."""
     build_stock_llama(str(tmp_path / "stock"))
     LlamaLatentForCausalLM.from_pretrained(tmp_path / "stock").save_pretrained(tmp_path / "out")
     shipped = {path.name: path.read_text() for path in (tmp_path / "out").glob("*.py")}
-    assert "modeling_latent.py" in shipped and "zoo_common.py" in shipped and "card.py" not in shipped
+    assert "modeling_latent.py" in shipped and "zoo_common.py" in shipped
+    assert "card.py" not in shipped and "saving.py" not in shipped
     for name, code in shipped.items():
-        for definition in ("def write_model_card", "def report_conversion", "def stock_license"):
+        for definition in ("def write_model_card", "def report_conversion", "def stock_license", "def swap_into_place"):
             assert definition not in code, f"{name} ships {definition}"
     assert "## Parameters" in (tmp_path / "out" / "README.md").read_text()  # written by the package in this process
 

@@ -191,7 +191,7 @@ def test_identity_conversions_export_the_stock_graph_function(tmp_path):
     """A stock Llama converted with `identity_init` (the default) by the three decoder mechanisms: each one's graph
     gives the logits of the stock model's graph."""
     folder = str(tmp_path / "stock")
-    build_stock_llama(folder, num_hidden_layers=4)
+    build_stock_llama(folder)
     batches = lm_batches()
     stock = export(
         Logits(LlamaForCausalLM.from_pretrained(folder), use_cache=False),
@@ -230,8 +230,9 @@ def test_hyper_connections_cached_decoding_export(tmp_path):
 
 
 def active_latent(tmp_path, latent_source):
-    """Llama with 4 layers, the up projections and gates open (as `test_latent.active`)."""
-    build_stock_llama(str(tmp_path / "stock"), num_hidden_layers=4)
+    """Llama with 3 layers (the default pair: layer 1's latents to layer 0, so layer 2 runs the stock pass alone), the
+    up projections and gates open (as `test_latent.active`)."""
+    build_stock_llama(str(tmp_path / "stock"))
     torch.manual_seed(1)
     model = LlamaLatentForCausalLM.from_pretrained(
         str(tmp_path / "stock"), identity_init=False, latent_gate_init=2.0, latent_source=latent_source

@@ -2,6 +2,7 @@
 the README documents it) and the `Trainer`'s `save_model` stage the folder beside it and swap it into place, and keep
 what else the folder holds (a Trainer's checkpoints)."""
 
+import json
 import logging
 import multiprocessing
 import os
@@ -12,9 +13,10 @@ import time
 import pytest
 import torch
 from stock_checkpoints import build_stock_llama
+from transformers import Trainer, TrainingArguments
 
 from interlayer import LlamaLatentForCausalLM
-from interlayer.models.zoo_common import is_weights_file, recover_interrupted_save, staging_folders
+from interlayer.saving import is_weights_file, recover_interrupted_save, staging_folders
 from interlayer.zoo import save_atomically
 
 SHARD = "40KB"  # the tiny model's weights (~170 KB) in several shards
@@ -110,8 +112,6 @@ def test_killed_sharded_saves_leave_the_old_or_the_new_model(tmp_path, sharded_s
 
 
 def test_killed_trainer_saves_keep_the_checkpoints_and_a_whole_model(tmp_path):
-    from transformers import Trainer, TrainingArguments
-
     model, base = _versions(tmp_path)
     out = tmp_path / "trainer"
     args = TrainingArguments(output_dir=str(out), report_to="none", use_cpu=True, save_strategy="no")
@@ -166,13 +166,17 @@ def test_a_save_killed_during_the_swap_is_undone_or_finished(tmp_path, moment, e
     (tmp_path / "model" / "notes.txt").write_text("mine")
     (tmp_path / "model" / "tokenizer.json").write_text("{}")
     _set_version(model, base, 2)
-    new, _ = staging_folders(out)
+
+    def staged(path):  # in, or is, the staging folder of the save (`.model.interlayer-new-XXXXXXXX`)
+        return os.path.relpath(path, tmp_path).startswith(".model.interlayer-new-")
+
     if moment == "between the two renames":
-        _save_killed_at(model, out, lambda src, dst: src == new)
+        _save_killed_at(model, out, lambda src, dst: staged(src) and dst == out)
         with pytest.raises(OSError, match="interrupted while swapping it into place.*recover_interrupted_save"):
             LlamaLatentForCausalLM.from_pretrained(out)
     else:
-        _save_killed_at(model, out, lambda src, dst: dst == os.path.join(new, "tokenizer.json"))
+        _save_killed_at(model, out, lambda src, dst: staged(dst) and dst.endswith("tokenizer.json"))
+        [new] = [path for path in staging_folders(out) if staged(path)]
         assert os.path.exists(os.path.join(new, "notes.txt")) and not os.path.exists(os.path.join(out, "notes.txt"))
     recover_interrupted_save(out)
     assert _saved_version(out, base) == expected
@@ -207,3 +211,161 @@ def test_a_folder_that_cannot_be_staged_is_saved_in_place_with_a_warning(tmp_pat
     save_atomically(model, ".", overwrite=True)  # the converter's save (interlayer convert SRC .) alike
     assert os.path.samefile(os.getcwd(), tmp_path / "here") and (tmp_path / "here" / "notes.txt").exists()
     assert not [n for n in os.listdir(tmp_path) if n.startswith(".here.")]
+
+
+# -- several processes saving into one folder at once ---------------------------------------------------------------
+
+WRITERS = ("save_pretrained", "save_atomically", "Trainer.save_model")  # one process each, all into the same folder
+TRIALS = 4
+
+
+def _writer(model, base, out, k, how, fail, start, log):
+    """A writer process: once every writer is ready (`start`, a barrier), saves version `k` of the model into `out`
+    (`how`: sharded `save_pretrained`, `save_atomically`, or a `Trainer`'s `save_model`); with `fail`, its save fails
+    once its weights are written. Every rename that puts a staged folder into place appends its version to `log`: the
+    renames happen under the save lock, so the log's last line is the save the folder must hold."""
+    from interlayer.models.zoo_common import ZooModelMixin
+
+    _in_child()
+    _set_version(model, base, k)
+    real_replace, write = os.replace, ZooModelMixin.save_unstaged
+
+    def replace(src, dst):
+        real_replace(src, dst)
+        if dst == out:  # a staged folder put into place
+            with open(log, "a") as f:
+                f.write(f"{k}\n")
+
+    def failing_write(self, *args, **kwargs):
+        write(self, *args, **kwargs)
+        raise OSError("No space left on device")
+
+    os.replace = replace
+    if fail:
+        ZooModelMixin.save_unstaged = failing_write
+    trainer = Trainer(model=model, args=TrainingArguments(str(out), report_to="none", use_cpu=True))
+    saves = {
+        "save_pretrained": lambda: model.save_pretrained(out, max_shard_size=SHARD),
+        "save_atomically": lambda: save_atomically(model, out, overwrite=True),
+        "Trainer.save_model": lambda: trainer.save_model(out),
+    }
+    start.wait()
+    saves[how]()
+
+
+def _weights_of_one_save(out):
+    """The folder's weight files are those of one save: the shards its index names and no other, or one file."""
+    names = {n for n in os.listdir(out) if is_weights_file(n)}
+    index = os.path.join(out, "model.safetensors.index.json")
+    if os.path.exists(index):
+        with open(index) as f:
+            shards = set(json.load(f)["weight_map"].values())
+        assert names == shards | {"model.safetensors.index.json"}, names
+    else:
+        assert names == {"model.safetensors"}, names
+
+
+def test_processes_saving_into_one_folder_at_once_leave_one_model_whole(tmp_path):
+    """Three processes save three versions of the model into one folder at the same moment, each with another of the
+    zoo's writers (a sharded `save_pretrained`, `save_atomically`, `Trainer.save_model`), in repeated trials, one of
+    the writers failing part-way in every other trial: every save that does not fail succeeds (before: the shared
+    staging folder failed one of them with an I/O error), the folder then holds one version whole, the one whose
+    swap came last, its weight files those of that one save (before: a sharded folder could hold tensors of two
+    versions and load without a word), and nothing is left in it or beside it (before: `.tmp` files, staging
+    folders)."""
+    model, base = _versions(tmp_path)
+    out = str(tmp_path / "model")
+    model.save_pretrained(out, max_shard_size=SHARD)
+    context = multiprocessing.get_context("fork")  # the children inherit the model: they save at once
+    for trial in range(TRIALS):
+        start, log = context.Barrier(len(WRITERS)), tmp_path / f"swaps-{trial}.log"
+        log.write_text("")
+        fails = [trial % 2 == 1 and i == 1 for i in range(len(WRITERS))]  # in odd trials the second writer fails
+        versions = [10 * trial + i + 1 for i in range(len(WRITERS))]
+        children = [
+            context.Process(target=_writer, args=(model, base, out, k, how, fail, start, log))
+            for k, how, fail in zip(versions, WRITERS, fails)
+        ]
+        for child in children:
+            child.start()
+        for child in children:
+            child.join(timeout=120)
+        codes = [child.exitcode for child in children]
+        assert codes == [int(fail) for fail in fails], f"trial {trial}: exit codes {codes}"
+        swaps = [int(line) for line in log.read_text().split()]
+        assert sorted(swaps) == sorted(k for k, code in zip(versions, codes) if code == 0), swaps
+        assert _saved_version(out, base) == swaps[-1]
+        _weights_of_one_save(out)
+        assert not [n for n in os.listdir(out) if n.startswith(".") or "tmp" in n], os.listdir(out)
+        assert not [n for n in os.listdir(tmp_path) if n.startswith(".model.")], os.listdir(tmp_path)
+
+
+def _writes_records(path, k, start, rounds):
+    _in_child()
+    from interlayer.results.core import write_json_atomically
+
+    start.wait()
+    for r in range(rounds):
+        write_json_atomically(path, {"writer": k, "round": r, "padding": "x" * 20000})
+
+
+def _write_record_killed_at_the_replace(path):
+    """Write a record in a child process that is SIGKILLed when its staged file is about to replace the record."""
+
+    def child():
+        _in_child()
+        from interlayer.results.core import write_json_atomically
+
+        def replace(src, dst):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        os.replace = replace
+        write_json_atomically(path, {"writer": "killed"})
+
+    process = multiprocessing.get_context("fork").Process(target=child, daemon=True)
+    process.start()
+    process.join(timeout=120)
+    assert process.exitcode == -signal.SIGKILL
+
+
+def test_processes_writing_one_record_at_once_leave_one_record_whole(tmp_path):
+    """The results runner's records follow the same rule: three processes writing one JSON record 30 times each, at
+    once, leave it one writer's whole record, and nothing beside it; a writer killed before its replace leaves the
+    record as it was, and what it staged is gone once the record is written again (before: a `.tmp-*.json` file
+    stayed beside the records)."""
+    from interlayer.results.core import write_json_atomically
+
+    path = tmp_path / "runs" / "seed0.json"
+    context = multiprocessing.get_context("fork")
+    start = context.Event()
+    children = [context.Process(target=_writes_records, args=(path, k, start, 30)) for k in range(3)]
+    for child in children:
+        child.start()
+    start.set()
+    for child in children:
+        child.join(timeout=120)
+    assert [child.exitcode for child in children] == [0, 0, 0]
+    record = json.loads(path.read_text())
+    assert record["round"] == 29 and record["padding"] == "x" * 20000
+    assert os.listdir(path.parent) == ["seed0.json"]
+    _write_record_killed_at_the_replace(path)
+    assert json.loads(path.read_text()) == record
+    write_json_atomically(path, {"writer": "last"})
+    assert json.loads(path.read_text()) == {"writer": "last"}
+    assert os.listdir(path.parent) == ["seed0.json"]
+
+
+def test_a_record_is_written_whole_where_the_system_has_no_flock(tmp_path, monkeypatch):
+    """Without `fcntl` (not a POSIX system) one file is still written through its staging folder and replaced whole,
+    with nothing left beside it; only the lock between processes is missing."""
+    import sys
+
+    from interlayer import saving
+
+    monkeypatch.setitem(sys.modules, "fcntl", None)
+    monkeypatch.setattr(saving, "fcntl", None)
+    record = tmp_path / "record.json"
+    for value in range(2):
+        saving.save_file_atomically(record, lambda path, value=value: open(path, "w").write(json.dumps(value)))
+    assert json.loads(record.read_text()) == 1
+    assert sorted(os.listdir(tmp_path)) == ["record.json"]

@@ -1,0 +1,259 @@
+#!/usr/bin/env python
+"""The GPU check of the hyper-connection kernels: one command, offline, sized for one GPU in a few minutes.
+
+    python benchmarks/gpu_check.py --out runs/gpu_check      # on a machine with CUDA (Triton and Liger-Kernel there)
+    python benchmarks/gpu_check.py --quick                   # tiny shapes, 2 steps: what a CPU can run of it
+
+1. Correctness. For every form of hyper-connection (static HC, dynamic HC, input-dependent and static mHC, DeepSeek-V4's
+   mHC), a tiny Llama with random hyper-connection parameters, fp32 and bf16: the logits and every parameter's gradient
+   of a training step, and the logits without grad, of the default implementation (on CUDA: the kernels, which it
+   checks were dispatched: a check fails where they were not) against `hc_implementation="eager"`, the equation, in
+   fp32, as relative errors `max|a - b| / max|b|` per tensor (for a gradient, over `max|b|` plus a tenth of the
+   model's largest gradient): at most 1e-4 in fp32; in bf16 at most twice the bf16 equation's own error (plus 1e-3),
+   since bf16 rounding alone moves both.
+2. Speed. At the SmolLM2-135M shape and a Llama of Qwen3-0.6B's shape (`--quick`: the tiny one), random weights, bf16 on
+   CUDA (fp32 on a CPU): the median training step (forward + backward + AdamW, batch 4 x 256) and the greedy decoding
+   time per token (prompt 32, 32 new tokens, batch 1) of stock, and of static HC and mHC at K = 4 with the kernels and
+   without them (`hc_kernels=False`), as ratios to stock measured in the same process.
+
+Writes gpu_check.json (the device, the versions, every figure) and gpu_check.md (the tables) in `--out`, and exits
+with 1 when a correctness check fails. Without CUDA the kernels are not dispatched (the CPU runs the PyTorch
+implementation), so the correctness step checks that implementation and says so; the figures are the CPU's.
+"""
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+import transformers
+
+from interlayer import LlamaMHCForCausalLM
+from interlayer.bench import SMOLLM2_SHAPE, build_stock, case_inputs, measure_steps, synchronize, training_step
+from interlayer.models import hyper_connections_kernels as dispatch
+
+FORMS = {
+    "hc-static": dict(hc_mode="static"),
+    "hc-dynamic": dict(hc_mode="dynamic"),
+    "mhc": dict(hc_mode="mhc"),
+    "mhc-static": dict(hc_mode="mhc", mhc_dynamic=False),
+    "mhc-deepseek-v4": dict(hc_mode="mhc", mhc_variant="deepseek_v4"),
+}
+FP32_TOLERANCE = 1e-4
+BF16_SLACK = 1e-3
+TINY = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    vocab_size=256,
+    max_position_embeddings=256,
+    tie_word_embeddings=True,
+)
+QWEN3_06B_SHAPE = dict(  # Qwen3-0.6B's sizes as a Llama (no q/k norm): what its step costs, not its function
+    hidden_size=1024,
+    intermediate_size=3072,
+    num_hidden_layers=28,
+    num_attention_heads=16,
+    num_key_value_heads=8,
+    head_dim=128,
+    vocab_size=151936,
+    max_position_embeddings=4096,
+    tie_word_embeddings=True,
+)
+TIMED = {
+    "hc-static K=4": dict(hc_mode="static", hc_streams=4),
+    "mhc K=4": dict(hc_mode="mhc", hc_streams=4),
+}
+
+
+def relative_error(a: torch.Tensor, b: torch.Tensor, largest: float = 0.0) -> float:
+    """`max|a - b|` over `max|b|`, plus a tenth of `largest` (the largest gradient of the model: a gradient made of
+    rounding alone, as the first mHC `H_res`'s where every stream is the embedding, is measured against it)."""
+    scale = b.float().abs().max().item() + 0.1 * largest
+    return (a.float() - b.float()).abs().max().item() / max(scale, 1e-12)
+
+
+def randomised(folder: str, device: str, dtype, **options):
+    model = LlamaMHCForCausalLM.from_pretrained(folder, **options)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "hc_" in name:
+                p.add_(0.3 * torch.randn(p.shape, generator=g))
+    return model.to(device=device, dtype=dtype)
+
+
+def run(folder: str, device: str, dtype, input_ids, **options) -> tuple:
+    """A training step's logits and gradients, the logits without grad, and the model."""
+    model = randomised(folder, device, dtype, **options).train()
+    logits = model(input_ids).logits
+    cotangent = torch.randn(logits.shape, generator=torch.Generator().manual_seed(1)).to(logits)
+    (logits * cotangent).sum().backward()
+    grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+    with torch.no_grad():
+        no_grad = model.eval()(input_ids).logits
+    return logits.detach(), grads, no_grad, model
+
+
+def errors(got: tuple, reference: tuple) -> dict:
+    (logits, grads, no_grad, _), (ref_logits, ref_grads, ref_no_grad, _) = got, reference
+    assert grads.keys() == ref_grads.keys(), sorted(set(grads) ^ set(ref_grads))
+    largest = max(g.abs().max().item() for g in ref_grads.values())
+    return {
+        "logits": relative_error(logits, ref_logits),
+        "logits_no_grad": relative_error(no_grad, ref_no_grad),
+        "worst_grad": max(relative_error(grads[n], g, largest) for n, g in ref_grads.items()),
+    }
+
+
+def check_form(folder: str, device: str, options: dict) -> list[dict]:
+    """The default implementation (the kernels, where they are dispatched) against the equation in fp32: in fp32 its
+    relative errors are at most `FP32_TOLERANCE`; in bf16 at most twice the bf16 equation's own, plus
+    `BF16_SLACK`."""
+    input_ids = case_inputs("llama", TINY["vocab_size"], 2, 33)["input_ids"].to(device)
+    reference = run(folder, device, torch.float32, input_ids, hc_implementation="eager", **options)
+    rows = []
+    for dtype in (torch.float32, torch.bfloat16):
+        fast = run(folder, device, dtype, input_ids, **options)
+        got = errors(fast, reference)
+        if dtype == torch.float32:
+            ok = max(got.values()) <= FP32_TOLERANCE
+            bound = dict.fromkeys(got, FP32_TOLERANCE)
+        else:
+            eager = errors(run(folder, device, dtype, input_ids, hc_implementation="eager", **options), reference)
+            bound = {k: 2 * v + BF16_SLACK for k, v in eager.items()}
+            ok = all(got[k] <= bound[k] for k in got)
+        kernels = dispatch.kernels_for(fast[3].hyper_connections[0], torch.empty(0, device=device, dtype=dtype))
+        ok = ok and (kernels is not None or device == "cpu")
+        rows.append({"dtype": str(dtype), "kernels": kernels is not None, **got, "bound": bound, "ok": ok})
+    return rows
+
+
+def decode_seconds_per_token(model, prompt, new_tokens: int) -> float:
+    kwargs = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
+    device = str(prompt.device)
+    times = []
+    with torch.no_grad():
+        model.generate(prompt, **kwargs)  # warm-up
+        for _ in range(3):
+            synchronize(device)
+            start = time.perf_counter()
+            model.generate(prompt, **kwargs)
+            synchronize(device)
+            times.append((time.perf_counter() - start) / new_tokens)
+    return statistics.median(times)
+
+
+def time_shape(name: str, shape: dict, device: str, dtype, quick: bool) -> list[dict]:
+    """Stock, then each timed form with and without the kernels, then stock again: step and decoding ratios to the
+    faster stock run."""
+    batch, seq, steps, new_tokens = (2, 16, 2, 4) if quick else (4, 256, 10, 32)
+    with tempfile.TemporaryDirectory() as folder:
+        build_stock("llama", shape, folder)
+        inputs = {k: v.to(device) for k, v in case_inputs("llama", shape["vocab_size"], batch, seq).items()}
+        prompt = inputs["input_ids"][:1, :32]
+        configurations = [("stock", None)]
+        for form, options in TIMED.items():
+            configurations += [
+                (f"{form}, kernels", dict(options)),
+                (f"{form}, no kernels", {**options, "hc_kernels": False}),
+            ]
+        configurations.append(("stock", None))
+        rows = []
+        for label, options in configurations:
+            if options is None:
+                model = transformers.AutoModelForCausalLM.from_pretrained(folder)
+            else:
+                model = LlamaMHCForCausalLM.from_pretrained(folder, **options)
+            model = model.to(device=device, dtype=dtype)
+            step = measure_steps(training_step(model, inputs), steps, warmup=2, device=device)
+            decode = decode_seconds_per_token(model.eval(), prompt, new_tokens)
+            rows.append({"shape": name, "model": label, "step_s": step["step_s"], "decode_s_per_token": decode})
+            del model
+            if device.startswith("cuda"):
+                torch.cuda.empty_cache()
+    stock_step = min(r["step_s"] for r in rows if r["model"] == "stock")
+    stock_decode = min(r["decode_s_per_token"] for r in rows if r["model"] == "stock")
+    for row in rows:
+        row["step_ratio"] = row["step_s"] / stock_step
+        row["decode_ratio"] = row["decode_s_per_token"] / stock_decode
+    return rows
+
+
+def markdown(report: dict) -> str:
+    lines = [f"GPU check on {report['device_name']} ({report['dtype_timed']}), {report['date']}", ""]
+    lines += [
+        "Relative errors against the equation in fp32 (`ok`: within the bound gpu_check.json records):",
+        "",
+        "| form | dtype | kernels ran | logits | no grad | worst gradient | ok |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in report["correctness"]:
+        lines.append(
+            f"| {row['form']} | {row['dtype']} | {row['kernels']} | {row['logits']:.1e} | {row['logits_no_grad']:.1e} "
+            f"| {row['worst_grad']:.1e} | {row['ok']} |"
+        )
+    lines += ["", "Against the faster of the two stock runs (first and last) of the same process:", ""]
+    lines += ["| shape | model | step (ms) | step / stock | decode (ms/token) | decode / stock |"]
+    lines.append("|---|---|---|---|---|---|")
+    for row in report["speed"]:
+        lines.append(
+            f"| {row['shape']} | {row['model']} | {1e3 * row['step_s']:.2f} | {row['step_ratio']:.2f}x "
+            f"| {1e3 * row['decode_s_per_token']:.2f} | {row['decode_ratio']:.2f}x |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default="runs/gpu_check", help="folder for gpu_check.json and gpu_check.md")
+    parser.add_argument("--quick", action="store_true", help="tiny shapes and 2 steps (a CPU can run it)")
+    args = parser.parse_args(argv)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype_timed = torch.bfloat16 if device == "cuda" else torch.float32
+    kernels, why_not = dispatch.load()
+    report = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "device": device,
+        "device_name": torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "cpu",
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "python": sys.version},
+        "kernels_importable": kernels is not None,
+        "kernels_not_importable_because": why_not,
+        "dtype_timed": str(dtype_timed),
+        "correctness": [],
+        "speed": [],
+    }
+    if device == "cpu":
+        print("no CUDA device: the kernels are not dispatched here; checking the PyTorch implementation, CPU figures")
+    with tempfile.TemporaryDirectory() as folder:
+        build_stock("llama", TINY, folder)
+        for form, options in FORMS.items():
+            for row in check_form(folder, device, options):
+                row = {"form": form, **row}
+                print(row, flush=True)
+                report["correctness"].append(row)
+    shapes = {"tiny": TINY} if args.quick else {"smollm2-135m": SMOLLM2_SHAPE, "qwen3-0.6b-sized": QWEN3_06B_SHAPE}
+    for name, shape in shapes.items():
+        for row in time_shape(name, shape, device, dtype_timed, args.quick):
+            print(row, flush=True)
+            report["speed"].append(row)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "gpu_check.json"), "w") as f:
+        json.dump(report, f, indent=1)
+    table = markdown(report)
+    with open(os.path.join(args.out, "gpu_check.md"), "w") as f:
+        f.write(table)
+    print(table)
+    return 0 if all(row["ok"] for row in report["correctness"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
