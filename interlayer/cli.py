@@ -52,7 +52,7 @@ def load_sentinel(source: str):
 
 def cmd_prune(args) -> int:
     from .inspection import load_tokenizer
-    from .sentinel import prune_by_strategy
+    from .sentinel import DATA_STRATEGIES, STRATEGIES, prune_by_strategy
     from .training import lm_batches, lm_blocks
     from .zoo import export_stock, prepare_output_dir, save_atomically
 
@@ -63,13 +63,13 @@ def cmd_prune(args) -> int:
     model.eval()
     c = model.config
     batches = None
-    if args.strategy in ("entropy", "importance", "flap"):
+    if args.strategy in DATA_STRATEGIES:
         if not args.text_file:
             raise ValueError(f"--strategy {args.strategy} scores heads on data: pass --text-file")
         if args.strategy == "importance" and task != "causal-lm":
             raise ValueError(
                 f"--strategy importance scores heads by the language-modelling loss on --text-file; {args.model} is a "
-                f"{task} model: use entropy, magnitude, random or flap"
+                f"{task} model: use one of {[s for s in STRATEGIES if s != 'importance']}"
             )
         tokenizer = load_tokenizer(args.model)
         if tokenizer is None:
@@ -189,12 +189,18 @@ def cmd_results(args) -> int:
         raise ValueError(f"`--scale` must be one of {list(SCALES)}, got {scale!r}.")
     chosen = [known[name] for name in names]
     if args.plan:
-        for recipe in chosen:
-            seeds = args.seeds or list(recipe.seeds[scale])
-            print(f"{recipe.name} ({recipe.mechanism}): {recipe.summary}")
-            print(f"  {scale}: {recipe.scale_notes.get(scale, '')}")
-            print(f"  methods {', '.join(args.methods or recipe.methods)}; seeds {seeds}")
+        from .results.core import plan
+
+        print(plan(chosen, scale, args.methods, args.seeds))
         return 0
+    if scale != "quick" and not args.report_only and not args.allow_dirty:
+        from .results.core import revision
+
+        if revision().endswith("+changes"):
+            raise ValueError(
+                f"`--scale {scale}` records the revision of the code that runs, and this checkout has uncommitted "
+                "changes: commit them first, or pass --allow-dirty to record the runs as `<revision>+changes`."
+            )
     out = Path(args.out)
     if args.threads:
         import torch
@@ -209,6 +215,7 @@ def cmd_results(args) -> int:
             seeds=args.seeds,
             work=args.work,
             command="interlayer results " + " ".join(args.argv),
+            keep_models=args.keep_models,
         )
     if args.report:
         from .results.report import write_report
@@ -270,6 +277,7 @@ example: interlayer demo --preset H9 --epochs 1 --train-size 160
 def build_parser() -> argparse.ArgumentParser:
     from .demo import DEFAULTS
     from .models.configuration_bridge import BRIDGE_PRESETS
+    from .sentinel import DATA_STRATEGIES, STRATEGIES
     from .zoo import MECHANISMS, TASKS
 
     parser = argparse.ArgumentParser(prog="interlayer", description=__doc__)
@@ -295,9 +303,9 @@ def build_parser() -> argparse.ArgumentParser:
         "model", help="a saved sentinel model of any family, or a stock checkpoint of one (converted on the way)"
     )
     prune.add_argument("output")
-    prune.add_argument("--strategy", required=True, choices=["entropy", "magnitude", "random", "importance", "flap"])
+    prune.add_argument("--strategy", required=True, choices=STRATEGIES)
     prune.add_argument("--fraction", type=float, required=True, help="fraction of all heads pruned in total")
-    prune.add_argument("--text-file", help="text to score heads on (entropy, importance, flap)")
+    prune.add_argument("--text-file", help=f"text to score heads on ({', '.join(DATA_STRATEGIES)})")
     prune.add_argument("--batches", type=int, default=8)
     prune.add_argument("--batch-size", type=int, default=4)
     prune.add_argument("--seq-len", type=int, default=128)
@@ -432,7 +440,22 @@ def build_parser() -> argparse.ArgumentParser:
     results.add_argument("--work", help="folder for checkpoints and scratch files (default: OUT/work)")
     results.add_argument("--report", help="write the markdown report with its plots here (e.g. docs/results.md)")
     results.add_argument("--report-only", action="store_true", help="run nothing; only tabulate what --out holds")
-    results.add_argument("--plan", action="store_true", help="print the recipes, methods and seeds; run nothing")
+    results.add_argument(
+        "--plan",
+        action="store_true",
+        help="print the recipes, methods, seeds, runs and their estimated cost; run nothing",
+    )
+    results.add_argument(
+        "--keep-models",
+        action="store_true",
+        help="keep each reported run's trained model under --work, in bf16 (default: the seed scale saves a model only "
+        "while lm-eval scores it)",
+    )
+    results.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="run the cpu or seed scale from a checkout with uncommitted changes (recorded as <revision>+changes)",
+    )
     results.add_argument(
         "--threads", type=int, help="torch threads (default: torch's; on a shared machine 1 avoids oversubscription)"
     )

@@ -11,7 +11,12 @@ import torch
 from .callbacks import ResumableCallback, _unwrap, add_to_logs, mean_tensor_over_ranks
 from .models.sentinel_common import _feature_dims
 
-STRATEGIES = ("entropy", "magnitude", "random", "importance", "flap")
+STRATEGIES = ("entropy", "magnitude", "random", "importance", "flap", "flap-heads", "wanda-sp")
+DATA_STRATEGIES = ("entropy", "importance", "flap", "flap-heads", "wanda-sp")
+"""The strategies that score heads on batches of inputs."""
+LAYERWISE = ("wanda-sp",)
+"""Strategies whose heads are pruned evenly over the layers, as their authors prune (the others rank the heads of the
+whole model together)."""
 
 
 def _attentions(model):
@@ -105,13 +110,11 @@ def mask_gradient(model, batches: Iterable[dict], absolute: bool = True) -> list
 
 
 @torch.no_grad()
-def head_fluctuation(model, batches: Iterable[dict]) -> list[torch.Tensor]:
-    """FLAP's fluctuation metric per remaining head, one tensor per layer (An et al. 2024, "Fluctuation-based Adaptive
-    Structured Pruning for Large Language Models", AAAI, arXiv:2312.11983, eq. 5): for every input feature j of the
-    output projection, the variance over the batches' real tokens of its input X_j (the heads' gated outputs) times
-    the squared norm of its weight column W_{:,j}, summed over the head's features. A head whose output hardly moves
-    from its mean, or whose columns are small, changes the layer's output little when removed (FLAP then adds the
-    mean back as a bias; that compensation is not done here: the pruned model is the stock one with fewer heads)."""
+def output_projection_inputs(model, batches: Iterable[dict], needed: str) -> list[tuple | None]:
+    """What each layer's attention output projection reads (the heads' gated outputs, one input feature per head
+    channel) over the batches' real (non-padding) tokens, in one pass with a hook per layer: per layer
+    `(module, mean, variance, mean square)`, each a float64 tensor over the input features (the variance divided by
+    the token count), or None where the layer has no head left. `needed` names the strategy for the progress bar."""
     inner = _unwrap(model)
     out_path = inner.sentinel_roles.out
     modules = [layer.get_submodule(out_path) for layer in inner.sentinel_layers]
@@ -132,7 +135,7 @@ def head_fluctuation(model, batches: Iterable[dict]) -> list[torch.Tensor]:
     was_training = model.training
     model.eval()
     try:
-        for batch in _batches(batches, "flap"):
+        for batch in _batches(batches, needed):
             mask = batch.get("attention_mask")
             real[0] = mask.bool() if mask is not None else None
             model(**{k: v for k, v in batch.items() if k != "labels"})
@@ -140,24 +143,82 @@ def head_fluctuation(model, batches: Iterable[dict]) -> list[torch.Tensor]:
         for handle in handles:
             handle.remove()
         model.train(was_training)
-    scores = []
+    out = []
     for attn, module, stats in zip(_attentions(model), modules, sums):
         if not attn.num_heads or stats is None:
-            scores.append(torch.zeros(attn.num_heads))
+            out.append(None)
             continue
         n, s, q = stats
-        mean = s / max(n, 1)
-        variance = (q / max(n, 1) - mean.pow(2)).clamp(min=0)
-        _, in_dim = _feature_dims(module)
-        columns = module.weight.movedim(in_dim, 0).double().pow(2).sum(1).to(variance.device)
-        scores.append((variance * columns).view(attn.num_heads, attn.head_dim).sum(1).float().cpu())
+        mean, square = s / max(n, 1), q / max(n, 1)
+        out.append((module, mean, (square - mean.pow(2)).clamp(min=0), square))
+    return out
+
+
+def _input_columns(module) -> torch.Tensor:
+    """The output projection's weight as (input features, output features), in float64."""
+    _, in_dim = _feature_dims(module)
+    return module.weight.detach().movedim(in_dim, 0).double()
+
+
+def channel_fluctuation(model, batches: Iterable[dict]) -> list[torch.Tensor]:
+    """FLAP's weighted input feature variance (WIFV; An et al. 2024, "Fluctuation-based Adaptive Structured Pruning
+    for Large Language Models", AAAI, arXiv:2312.11983, eq. 5) of the attention output projection, one float64
+    tensor per layer over its input features: the variance over the batches' real tokens of input feature j (the
+    heads' gated outputs) times the squared norm of its weight column W_{:,j}."""
+    scores = []
+    for attn, stats in zip(_attentions(model), output_projection_inputs(model, batches, "flap")):
+        if stats is None:
+            scores.append(torch.zeros(attn.num_heads * attn.head_dim, dtype=torch.float64))
+            continue
+        module, _, variance, _ = stats
+        scores.append(variance * _input_columns(module).pow(2).sum(1).to(variance.device))
     return scores
 
 
+def head_fluctuation(model, batches: Iterable[dict]) -> list[torch.Tensor]:
+    """The fluctuation metric (`channel_fluctuation`) summed over each remaining head's features, one tensor per
+    layer: a head whose output hardly moves from its mean, or whose columns are small, changes the layer's output
+    little when removed. The `flap-heads` strategy standardises these sums over each layer's heads."""
+    return [
+        c.view(a.num_heads, a.head_dim).sum(1).float().cpu()
+        for a, c in zip(_attentions(model), channel_fluctuation(model, batches))
+    ]
+
+
+def flap_head_scores(model, batches: Iterable[dict]) -> list[torch.Tensor]:
+    """FLAP's head scores as the authors' code computes them (CASIA-IVA-Lab/FLAP, `prune_flap` with its adaptive
+    structures): each layer's WIFV (`channel_fluctuation`) squared, standardised over the layer's input channels
+    (minus their mean, over their standard deviation), then averaged over each head's channels; the heads of the
+    whole model are then ranked together on these scores. The variance is taken over every real token at once; the
+    authors' code updates it sample by sample from a running mean, which leaves the first sample out (the ranks
+    agree: tests/tooling/test_results_sentinel.py). FLAP's bias compensation is not done."""
+    return [
+        standardised(channels.pow(2)).view(attn.num_heads, attn.head_dim).mean(1).float().cpu()
+        for attn, channels in zip(_attentions(model), channel_fluctuation(model, batches))
+    ]
+
+
+def wanda_sp_head_scores(model, batches: Iterable[dict]) -> list[torch.Tensor]:
+    """Wanda-sp's head scores (the structured Wanda baseline of the FLAP paper, CASIA-IVA-Lab/FLAP
+    `prune_wanda_sp`; Wanda: Sun et al. 2024, arXiv:2306.11695): every weight W_ij of the attention output
+    projection as |W_ij| times the root mean square over the batches' real tokens of its input feature j, averaged
+    over the output features i and summed over each head's features. The statistics come from the unpruned model in
+    one pass, where the authors' code feeds each layer the outputs of the layers it has already pruned."""
+    out = []
+    for attn, stats in zip(_attentions(model), output_projection_inputs(model, batches, "wanda-sp")):
+        if stats is None:
+            out.append(torch.zeros(attn.num_heads))
+            continue
+        module, _, _, square = stats
+        channels = _input_columns(module).abs().mean(1).to(square.device) * square.sqrt()
+        out.append(channels.view(attn.num_heads, attn.head_dim).sum(1).float().cpu())
+    return out
+
+
 def standardised(scores: torch.Tensor) -> torch.Tensor:
-    """A layer's scores minus their mean, over their standard deviation (FLAP's adaptive structure: a global ranking
-    of standardised scores, since the raw fluctuation's scale differs from layer to layer); zeros where a layer has
-    fewer than two heads or all its scores are equal."""
+    """Scores minus their mean, over their standard deviation (FLAP's adaptive structure ranks the whole model on
+    scores standardised within each layer, since the raw fluctuation's scale differs from layer to layer); zeros
+    where there are fewer than two scores or all are equal."""
     if scores.numel() < 2 or not scores.std() > 0:
         return torch.zeros_like(scores)
     return (scores - scores.mean()) / scores.std()
@@ -167,8 +228,10 @@ def head_scores(model, strategy: str, batches: Iterable[dict] | None = None, see
     """Importance of every remaining head, one tensor per layer: higher means keep.
 
     entropy: minus the mean attention entropy (diffuse heads go first, as the seed's controller assumes);
-    magnitude: weight norm; random: seeded noise; importance: |dL/d mask| (Michel et al. 2019); flap: FLAP's
-    fluctuation metric (An et al. 2024, `head_fluctuation`), standardised within each layer."""
+    magnitude: weight norm; random: seeded noise; importance: |dL/d mask| (Michel et al. 2019); flap: FLAP's head
+    scores as its authors compute them (An et al. 2024, `flap_head_scores`); flap-heads: the fluctuation metric
+    summed per head, standardised over the layer's heads (`head_fluctuation`; this project's `flap` before it
+    followed the authors' code); wanda-sp: the structured Wanda of the FLAP paper (`wanda_sp_head_scores`)."""
     if strategy not in STRATEGIES:
         raise ValueError(f"`strategy` must be one of {list(STRATEGIES)}, got {strategy!r}.")
     if strategy == "entropy":
@@ -178,7 +241,11 @@ def head_scores(model, strategy: str, batches: Iterable[dict] | None = None, see
     if strategy == "importance":
         return mask_gradient(model, batches)
     if strategy == "flap":
+        return flap_head_scores(model, batches)
+    if strategy == "flap-heads":
         return [standardised(s) for s in head_fluctuation(model, batches)]
+    if strategy == "wanda-sp":
+        return wanda_sp_head_scores(model, batches)
     generator = torch.Generator().manual_seed(seed)
     return [torch.rand(a.num_heads, generator=generator) for a in _attentions(model)]
 
@@ -192,7 +259,8 @@ def select_heads_to_prune(
     uniform: bool = False,
 ) -> dict[int, list[int]]:
     """The least important remaining heads, by original index per layer, so that `fraction` of all the model's
-    original heads are pruned in total (heads pruned earlier count towards it).
+    original heads are pruned in total (heads pruned earlier count towards it): ranked over the whole model, or for
+    the `LAYERWISE` strategies (wanda-sp) evenly over the layers, each losing as many heads as the others or one more.
 
     With `uniform=True` every layer keeps the same number of heads, as a stock config describes them (what
     `interlayer.zoo.export_stock` needs): each layer loses its least important whole key/value groups (a group is
@@ -208,13 +276,18 @@ def select_heads_to_prune(
     total = config.num_hidden_layers * config.num_attention_heads
     already = sum(len(v) for v in config.pruned_heads.values())
     count = max(0, round(fraction * total) - already)
-    ranked = sorted(
-        (float(score), layer, int(head))
-        for layer, (layer_scores, attn) in enumerate(zip(scores, _attentions(model)))
-        for score, head in zip(layer_scores.tolist(), attn.head_ids.tolist())
-    )
+    ranked = []
+    for layer, (layer_scores, attn) in enumerate(zip(scores, _attentions(model))):
+        gone = len(config.pruned_heads.get(layer, ()))
+        order = sorted(zip(layer_scores.tolist(), attn.head_ids.tolist()))
+        for rank, (score, head) in enumerate(order):
+            # layerwise: every layer loses its weakest head, then its next weakest..., the layers whose next head
+            # scores lowest first where the count does not divide evenly
+            share = (gone + rank + 1) / config.num_attention_heads if strategy in LAYERWISE else 0.0
+            ranked.append((share, float(score), layer, int(head)))
+    ranked.sort()
     chosen: dict[int, list[int]] = {}
-    for _, layer, head in ranked[:count]:
+    for _, _, layer, head in ranked[:count]:
         chosen.setdefault(layer, []).append(head)
     return {layer: sorted(heads) for layer, heads in sorted(chosen.items())}
 

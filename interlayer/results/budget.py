@@ -3,17 +3,40 @@
 A comparison at equal budget gives every method the same number of trainable parameters: the mechanism's new
 parameters; LoRA (PEFT) with a layout whose adapter size is closest to it; plain fine-tuning of the stock model's
 top tensors (the last layers, from the final norm down), the last tensor trained in part (its first elements) so the
-count is exact. A task head that every method needs (a classifier) trains in every method and is not counted.
+count is exact where the model has enough non-embedding tensors. A task head that every method needs (a classifier)
+trains in every method and is not counted. Neither baseline always meets the budget: LoRA moves in whole ranks of
+whole modules, and a small model can run out of tensors. Each run records its budget and what it trains against it
+(`budget`, `budget_used`), a warning says where the two differ by more than `BUDGET_TOLERANCE`, and the report
+prints the share beside every baseline.
 """
 
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass
 
 import torch
 
 LAYER_INDEX = re.compile(r"\.(\d+)\.")
+BUDGET_TOLERANCE = 0.05
+"""How far a baseline's trained parameters may be from the mechanism's budget (relative) before the run warns and the
+report flags it."""
+
+
+def budget_gap(used: int, budget: int) -> str:
+    """'' where `used` is within `BUDGET_TOLERANCE` of `budget`; else what the shortfall or excess is, in words."""
+    share = used / budget
+    if abs(share - 1) <= BUDGET_TOLERANCE:
+        return ""
+    side = "short of" if share < 1 else "over"
+    return f"{used:,} of a budget of {budget:,} ({share:.1%}: {side} it by more than {BUDGET_TOLERANCE:.0%})"
+
+
+def warn_off_budget(what: str, used: int, budget: int) -> None:
+    gap = budget_gap(used, budget)
+    if gap:
+        warnings.warn(f"{what} trains {gap}; the record and the report say so.", stacklevel=3)
 
 
 def mechanism_parameters(model) -> dict[str, torch.nn.Parameter]:
@@ -62,7 +85,8 @@ def linear_shapes(model, names: tuple[str, ...]) -> dict[int, dict[str, int]]:
 
 def lora_layout(model, budget: int, module_sets: list[tuple[str, ...]], max_rank: int = 256) -> LoraLayout:
     """The LoRA layout (module set, the last n layers, rank) with the adapter size closest to `budget`; among those
-    within 1% of the best, the earlier module set and the most layers (the usual choice: every layer)."""
+    within 1% of the best, the earlier module set and the most layers (the usual choice: every layer). The closest
+    may still be off by more than `BUDGET_TOLERANCE` (a budget below one rank of the smallest module set)."""
     if budget <= 0:
         raise ValueError(f"a LoRA budget must be positive, got {budget}.")
     candidates = []
@@ -99,11 +123,21 @@ def apply_lora(model, layout: LoraLayout, modules_to_save: list[str] | None = No
     return get_peft_model(model, config)
 
 
+def first_elements(grad: torch.Tensor, part: int) -> torch.Tensor:
+    """`grad` with every element after its first `part` (flattened) zeroed: built from the gradient itself, so it
+    follows the parameter to any device and dtype."""
+    kept = grad.clone()
+    kept.view(-1)[part:] = 0
+    return kept
+
+
 def train_top_tensors(model, budget: int) -> tuple[int, list[str]]:
     """Plain fine-tuning at a budget: freeze the base model, then unfreeze its tensors from the top (the final norm,
     then the last layer's tensors, then the layer below...) until `budget` elements train; the last tensor trains
-    only its first elements (a gradient mask), so exactly `budget` elements train. Embeddings never train. Returns the
-    count and the names trained (the partial one last)."""
+    only its first elements (a gradient hook zeroes the rest of its gradient, whatever device or dtype the model is
+    moved to later). Embeddings never train, so a model with fewer non-embedding elements than `budget` trains them
+    all and falls short. Returns the count that trains (at most `budget`) and the names trained (the partial one
+    last)."""
     prefix = model.base_model_prefix + "."
     base = [(n, p) for n, p in model.named_parameters() if n.startswith(prefix)]
     for _, p in base:
@@ -126,10 +160,7 @@ def train_top_tensors(model, budget: int) -> tuple[int, list[str]]:
             total += p.numel()
             continue
         part = budget - total
-        mask = torch.zeros(p.numel(), dtype=p.dtype, device=p.device)
-        mask[:part] = 1
-        mask = mask.view_as(p)
-        p.register_hook(lambda grad, mask=mask: grad * mask)
+        p.register_hook(lambda grad, part=part: first_elements(grad, part))
         p._interlayer_partial = part
         total += part
     return total, names

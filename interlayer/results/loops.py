@@ -27,10 +27,13 @@ def fingerprint(batches: list[dict]) -> str:
 
 def mixed_precision(device: str, dtype: str | None):
     """Autocast to `dtype` ("bfloat16", "float16") on `device`, or nothing: weights and optimiser states stay
-    float32, as in the seeds' mixed-precision runs (updates of 2e-5 relative vanish in bf16 weights)."""
+    float32, as in the seeds' mixed-precision runs (updates of 2e-5 relative vanish in bf16 weights). Autocast's
+    weight cache is off: it keeps the low-precision copy of every trainable weight for as long as the context is
+    open, so training and evaluating in one context would run every step, and the evaluation, on the weights the
+    first step cast."""
     if dtype is None:
         return contextlib.nullcontext()
-    return torch.autocast(device_type=torch.device(device).type, dtype=getattr(torch, dtype))
+    return torch.autocast(device_type=torch.device(device).type, dtype=getattr(torch, dtype), cache_enabled=False)
 
 
 def param_groups(model, lrs: dict[str, float], classify, weight_decay: float) -> list[dict]:
@@ -68,22 +71,33 @@ def train(
     clip: float = 1.0,
     device="cpu",
     accumulation: int = 1,
+    warmup_steps: int | None = None,
+    label_smoothing: float = 0.0,
 ) -> dict:
     """AdamW over `batches` once, in order (a step per batch, computed in `accumulation` equal chunks), with
-    warm-up then `schedule` decay and gradient clipping. Returns the mean training loss of the last quarter of the
-    steps and the steps taken."""
+    warm-up (`warmup_steps`, or the share `warmup` of the steps) then `schedule` decay and gradient clipping; with
+    `label_smoothing`, a classifier's loss is the cross-entropy of its logits with that smoothing (the model's own
+    loss otherwise). Returns the mean training loss of the last quarter of the steps and the steps taken."""
     if schedule not in ("linear", "cosine"):
         raise ValueError(f"`schedule` must be 'linear' or 'cosine', got {schedule!r}.")
     optimizer = torch.optim.AdamW(groups)
     make = get_cosine_schedule_with_warmup if schedule == "cosine" else get_linear_schedule_with_warmup
-    scheduler = make(optimizer, num_warmup_steps=math.ceil(warmup * len(batches)), num_training_steps=len(batches))
+    warm = warmup_steps if warmup_steps is not None else math.ceil(warmup * len(batches))
+    scheduler = make(optimizer, num_warmup_steps=warm, num_training_steps=len(batches))
     params = [p for group in groups for p in group["params"]]
     model.train()
     losses = []
     for batch in batches:
         loss = 0.0
         for chunk in zip(*(v.to(device).chunk(accumulation) for v in batch.values())):
-            part = model(**dict(zip(batch, chunk))).loss / accumulation
+            inputs = dict(zip(batch, chunk))
+            outputs = model(**inputs)
+            if label_smoothing:
+                logits = outputs.logits.float()
+                part = torch.nn.functional.cross_entropy(logits, inputs["labels"], label_smoothing=label_smoothing)
+            else:
+                part = outputs.loss
+            part = part / accumulation
             part.backward()
             loss += part.detach()
         torch.nn.utils.clip_grad_norm_(params, clip)
@@ -97,21 +111,37 @@ def train(
     return {"train_loss": sum(tail) / len(tail), "steps": len(losses)}
 
 
+LOGITS_BUDGET = 2**30
+"""Bytes of float32 logits the evaluation holds at once (1 GiB)."""
+
+
 @torch.no_grad()
-def lm_eval_loss(model, batches: list[dict], device="cpu") -> dict[str, float]:
-    """Held-out causal-LM loss (mean over the predicted tokens), perplexity and next-token top-1 accuracy."""
+def lm_eval_loss(model, batches: list[dict], device="cpu", logits_budget: int = LOGITS_BUDGET) -> dict[str, float]:
+    """Held-out causal-LM loss (mean over the predicted tokens), perplexity and next-token top-1 accuracy, without
+    ever holding a whole batch's logits: a batch's rows run in groups whose float32 logits fit `logits_budget` bytes
+    (a row at least), and the float32 cross-entropy runs over chunks of their positions of a quarter of that. (A
+    batch of 32 x 1,024 tokens at Qwen3's vocabulary of 151,936 held its bf16 logits, a float32 copy and the
+    cross-entropy's workspace at once: about 56 GiB.)"""
     model.eval()
+    vocab = model.config.vocab_size
     total, right, tokens = 0.0, 0, 0
     for batch in batches:
-        batch = {k: v.to(device) for k, v in batch.items()}
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1].float()
-        labels = batch["labels"][:, 1:]
-        real = labels != -100
-        total += torch.nn.functional.cross_entropy(
-            logits.transpose(1, 2), labels, ignore_index=-100, reduction="sum"
-        ).item()
-        right += ((logits.argmax(-1) == labels) & real).sum().item()
-        tokens += real.sum().item()
+        ids, mask, labels = batch["input_ids"], batch["attention_mask"], batch["labels"]
+        length = ids.shape[1]
+        rows = max(1, logits_budget // (length * vocab * 4))
+        for start in range(0, len(ids), rows):
+            part = slice(start, start + rows)
+            logits = model(input_ids=ids[part].to(device), attention_mask=mask[part].to(device)).logits
+            target = labels[part, 1:].to(device)
+            width = max(1, logits_budget // 4 // (logits.shape[0] * vocab * 4))
+            for at in range(0, length - 1, width):
+                piece, goal = logits[:, at : min(at + width, length - 1)].float(), target[:, at : at + width]
+                total += torch.nn.functional.cross_entropy(
+                    piece.reshape(-1, piece.shape[-1]), goal.reshape(-1), ignore_index=-100, reduction="sum"
+                ).item()
+                right += ((piece.argmax(-1) == goal) & (goal != -100)).sum().item()
+            tokens += (target != -100).sum().item()
+            del logits
     loss = total / tokens
     return {"eval_loss": loss, "perplexity": math.exp(loss), "token_accuracy": right / tokens}
 

@@ -12,7 +12,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .budget import apply_lora, head_parameters, lora_layout, mechanism_parameters, train_top_tensors
+from .budget import (
+    apply_lora,
+    head_parameters,
+    lora_layout,
+    mechanism_parameters,
+    train_top_tensors,
+    warn_off_budget,
+)
 
 TRAINS = ("mechanism", "mechanism+base", "lora", "top", "all")
 
@@ -28,6 +35,7 @@ class Method:
     lrs: dict
     schedule: str = "linear"
     about: str = ""
+    label_smoothing: float = 0.0
     convert_kwargs: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -70,11 +78,30 @@ def build(method: Method, checkpoint: str, budget_method: Method, seed: int, aut
     if method.trains == "lora":
         layout = lora_layout(model, budget, lora_sets)
         details["lora"] = layout.describe()
+        details["budget_used"] = layout.params
+        warn_off_budget(f"LoRA ({layout.describe()})", layout.params, budget)
         head_modules = sorted({name.split(".")[0] for name in head})
         model = apply_lora(model, layout, modules_to_save=head_modules or None)
         return model, (lambda name: "head" if "modules_to_save" in name else "lora"), details
-    _, details["top_tensors"] = train_top_tensors(model, budget)
+    details["budget_used"], details["top_tensors"] = train_top_tensors(model, budget)
+    warn_off_budget("plain fine-tuning of the top tensors", details["budget_used"], budget)
     for name, p in model.named_parameters():
         if name in head:
             p.requires_grad_(True)
     return model, classify, details
+
+
+def save_model(model, checkpoint: str, folder) -> tuple[int, object]:
+    """Save a trained model as anyone (lm-eval too) loads it: LoRA merged into the weights, in bf16, with the
+    checkpoint's tokenizer beside it. Returns the bytes of its weight files, and the model saved (the merged one for
+    LoRA; in bf16)."""
+    from pathlib import Path
+
+    from transformers import AutoTokenizer
+
+    if hasattr(model, "merge_and_unload"):
+        model = model.merge_and_unload()
+    model = model.to(torch.bfloat16)
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(checkpoint).save_pretrained(folder)
+    return sum(f.stat().st_size for f in Path(folder).glob("*.safetensors")), model

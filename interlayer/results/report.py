@@ -1,70 +1,116 @@
-"""`docs/results.md` from the CSVs: per recipe, each method's mean and 95% interval over seeds beside its trainable
-parameters, wall time and peak memory; a plot per recipe; perplexity against heads pruned for pruning sweeps; and
-which mechanism helps where, worded from the intervals alone (no number in the report is typed by hand)."""
+"""`docs/results.md` from the CSVs: per recipe, each method's mean and 95% interval over seeds (on a scale where the
+interval stays in the metric's range) beside its trainable parameters, its share of the budget, wall time and peak
+memory; the learning-rate sweep each method was tuned with; a plot; and the comparisons the recipe declares in
+advance, as paired differences by seed with Holm-adjusted p-values, worded from those alone (no number in the report
+is typed by hand)."""
 
 from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
 
-from .core import read_csvs
+from .budget import BUDGET_TOLERANCE, budget_gap
+from .core import TUNING_SEED, choose_lr_scale, read_csvs
+from .stats import LEVEL, Interval, Paired, holm, interval, paired, scale_of
 
-# two-sided 95% quantiles of Student's t by degrees of freedom (beyond 30: the normal's 1.96)
-T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
-        15: 2.131, 20: 2.086, 30: 2.042}  # fmt: skip
-
-
-def interval(values: list[float]) -> tuple[float, float]:
-    """The mean and the half-width of its 95% interval (Student's t; NaN with one value)."""
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return mean, math.nan
-    df = len(values) - 1
-    t = T975.get(df) or next((T975[k] for k in sorted(T975) if k >= df), 1.96)
-    return mean, t * statistics.stdev(values) / math.sqrt(len(values))
+ALPHA = 0.05
 
 
-def fmt(mean: float, half: float, digits: int = 4) -> str:
-    if math.isnan(half):
-        return f"{mean:.{digits}g} (one seed)"
-    return f"{mean:.{digits}g} ± {half:.2g}"
+def number(value: float, digits: int = 4) -> str:
+    return f"{value:.{digits}g}"
+
+
+def fmt(stats: Interval) -> str:
+    """A cell: `mean ± half-width` on the identity scale; `centre [low, high]` where the interval was computed on
+    the log or logit scale and transformed back (it is not symmetric there)."""
+    if stats.n < 2:
+        return f"{number(stats.centre)} (one seed)"
+    if stats.scale.kind == "identity":
+        return f"{number(stats.centre)} ± {(stats.high - stats.low) / 2:.2g}"
+    return f"{number(stats.centre)} [{number(stats.low)}, {number(stats.high)}]"
+
+
+def fmt_difference(result: Paired) -> str:
+    """A paired difference in the metric's terms: a difference (identity scale), a ratio (log scale) or an odds
+    ratio (logit scale), with its 95% interval."""
+    if result.n == 0:
+        return "no common seed"
+    kind = result.scale.kind
+    if kind == "identity":
+        text, interval_text = f"{result.difference:+.3g}", f"[{result.low:+.3g}, {result.high:+.3g}]"
+    else:
+        prefix = "odds ×" if kind == "logit" else "×"
+        text = f"{prefix}{math.exp(result.difference):.3g}"
+        interval_text = f"[{math.exp(result.low):.3g}, {math.exp(result.high):.3g}]"
+    return text if result.n < 2 else f"{text} {interval_text}"
+
+
+@dataclass
+class Entry:
+    """One method's final runs: every metric by seed, and what each run was."""
+
+    metrics: dict
+    trainable: set
+    budgets: set
+    wall: dict
+    peak: dict
+    lr_scales: set
+    versions: set
+    meta: dict
+
+
+def row_version(row: dict) -> int:
+    return int(row.get("recipe_version") or 1)
 
 
 def summaries(rows: list[dict]) -> dict:
-    """{recipe: {method: {"metrics": {metric: [values by seed]}, "trainable": n, "wall": [...], "peak": [...]}}}"""
+    """{recipe: {method: Entry}} over the final runs (the tuning runs, at `TUNING_SEED`, are left out)."""
     out: dict = {}
     for row in rows:
+        if int(row["seed"]) == TUNING_SEED:
+            continue
         entry = out.setdefault(row["recipe"], {}).setdefault(
-            row["method"], {"metrics": {}, "trainable": set(), "wall": {}, "peak": {}, "seeds": set(), "meta": row}
+            row["method"], Entry({}, set(), set(), {}, {}, set(), set(), row)
         )
-        entry["metrics"].setdefault(row["metric"], []).append(float(row["value"]))
-        entry["trainable"].add(int(row["trainable_params"]))
-        entry["wall"][row["seed"]] = float(row["wall_s"])
-        entry["peak"][row["seed"]] = float(row["peak_rss_mb"])
-        entry["seeds"].add(row["seed"])
+        entry.metrics.setdefault(row["metric"], {})[int(row["seed"])] = float(row["value"])
+        entry.trainable.add(int(row["trainable_params"]))
+        if row.get("budget"):
+            entry.budgets.add((int(row["budget"]), int(row["budget_used"])))
+        entry.wall[row["seed"]] = float(row["wall_s"])
+        entry.peak[row["seed"]] = float(row["peak_rss_mb"])
+        entry.lr_scales.add(row.get("lr_scale") or "")
+        entry.versions.add(row_version(row))
     return out
 
 
-def compare(a: tuple[float, float], b: tuple[float, float], higher_is_better: bool) -> str:
-    """'better', 'worse' or 'not separated': whether a's 95% interval lies wholly on the good side of b's."""
-    (ma, ha), (mb, hb) = a, b
-    if math.isnan(ha) or math.isnan(hb):
-        return "not separated (one seed)"
-    low_a, high_a, low_b, high_b = ma - ha, ma + ha, mb - hb, mb + hb
-    if high_a < low_b:
-        return "worse" if higher_is_better else "better"
-    if low_a > high_b:
-        return "better" if higher_is_better else "worse"
-    return "not separated"
+def tuning_runs(rows: list[dict]) -> dict:
+    """{recipe: {method: {lr_scale: {metric: value}}}} of the tuning runs."""
+    out: dict = {}
+    for row in rows:
+        if int(row["seed"]) == TUNING_SEED:
+            trial = out.setdefault(row["recipe"], {}).setdefault(row["method"], {}).setdefault(row["lr_scale"], {})
+            trial[row["metric"]] = float(row["value"])
+    return out
 
 
-PHRASES = {
-    "better": "better than",
-    "worse": "worse than",
-    "not separated": "not separated from",
-    "not separated (one seed)": "not separated (one seed) from",
-}
+def lr_text(entry: Entry) -> str:
+    scales = sorted(s for s in entry.lr_scales if s)
+    if not scales:
+        return "fixed"
+    return "/".join(f"×{float(s):g}" for s in scales)
+
+
+def budget_text(entry: Entry) -> str:
+    """The share of its budget a baseline trains, flagged where it is off by more than the tolerance."""
+    parts = []
+    for budget, used in sorted(entry.budgets):
+        flag = (
+            " (short)" if budget_gap(used, budget) and used < budget else " (over)" if budget_gap(used, budget) else ""
+        )
+        parts.append(f"{used / budget:.1%}{flag}")
+    return "/".join(parts)
 
 
 def is_sweep(methods) -> bool:
@@ -74,13 +120,14 @@ def is_sweep(methods) -> bool:
 def plot_methods(recipe, methods: dict, path: Path) -> None:
     from matplotlib.figure import Figure
 
-    names = [m for m in recipe.methods if m in methods and recipe.primary in methods[m]["metrics"]]
-    stats = [interval(methods[m]["metrics"][recipe.primary]) for m in names]
+    names = [m for m in recipe.methods if m in methods and recipe.primary in methods[m].metrics]
+    stats = [interval(list(methods[m].metrics[recipe.primary].values()), scale_of(recipe.primary)) for m in names]
     fig = Figure(figsize=(6.4, 0.45 * len(names) + 1.2))
     ax = fig.add_subplot()
     colours = ["tab:grey" if m in recipe.baselines else "tab:blue" for m in names]
-    for y, ((mean, half), colour) in enumerate(zip(stats, colours)):
-        ax.errorbar(mean, y, xerr=0 if math.isnan(half) else half, fmt="o", color=colour, capsize=4)
+    for y, (s, colour) in enumerate(zip(stats, colours)):
+        error = [[0], [0]] if s.n < 2 else [[s.centre - s.low], [s.high - s.centre]]
+        ax.errorbar(s.centre, y, xerr=error, fmt="o", color=colour, capsize=4)
     ax.set_yticks(range(len(names)), names)
     ax.invert_yaxis()
     ax.set_xlabel(
@@ -98,18 +145,21 @@ def plot_sweep(recipe, methods: dict, path: Path) -> None:
     ax = fig.add_subplot()
     by_strategy: dict[str, list] = {}
     for name, entry in methods.items():
-        metrics = entry["metrics"]
+        metrics = entry.metrics
         if recipe.primary not in metrics or "heads_pruned" not in metrics:
             continue
-        strategy = name.split("@")[0]
-        by_strategy.setdefault(strategy, []).append(
-            (statistics.fmean(metrics["heads_pruned"]), *interval(metrics[recipe.primary]))
-        )
+        strategy = name.split("@")[0] + ("+ft" if name.endswith("+ft") else "")
+        stats = interval(list(metrics[recipe.primary].values()), scale_of(recipe.primary))
+        by_strategy.setdefault(strategy, []).append((statistics.fmean(metrics["heads_pruned"].values()), stats))
     for strategy, points in sorted(by_strategy.items()):
-        points.sort()
-        xs, means, halves = zip(*points)
-        errors = [0 if math.isnan(h) else h for h in halves]
-        ax.errorbar(xs, means, yerr=errors, marker="o", capsize=3, label=strategy)
+        points.sort(key=lambda p: p[0])
+        xs = [x for x, _ in points]
+        centres = [s.centre for _, s in points]
+        errors = [
+            [0 if s.n < 2 else s.centre - s.low for _, s in points],
+            [0 if s.n < 2 else s.high - s.centre for _, s in points],
+        ]
+        ax.errorbar(xs, centres, yerr=errors, marker="o", capsize=3, label=strategy)
     ax.set_xlabel("share of heads pruned")
     ax.set_ylabel(f"{recipe.primary} (mean, 95% interval)")
     ax.set_yscale("log")
@@ -126,84 +176,198 @@ def recipe_head(recipe) -> list[str]:
     lines += ["", "| method | what trains |", "| --- | --- |"]
     lines += [f"| {name} | {recipe.abouts.get(name, '')} |" for name in recipe.methods]
     lines.append("")
+    if recipe.lr_grid:
+        grid = ", ".join(f"×{m:g}" for m in recipe.lr_grid)
+        lines += [
+            f"Learning rates: every method runs the same sweep of its learning rates ({grid} the rates above) once, "
+            f"with seed {TUNING_SEED}, and keeps the one with the best validation {recipe.primary} (a validation "
+            "split apart from the held-out set the table reports); the reported seeds then run at that rate.",
+            "",
+        ]
+    elif not is_sweep(recipe.methods):
+        lines += [
+            "Learning rates: fixed per method, as above; the methods were not tuned alike, so a comparison says which "
+            "did better at these rates, not which method is better.",
+            "",
+        ]
     if recipe.notes:
         lines += [recipe.notes, ""]
     return lines
 
 
+def version_banner(recipe, methods: dict) -> list[str]:
+    """Where rows were recorded with an earlier version of the recipe: which, and what has changed since."""
+    old = sorted({v for entry in methods.values() for v in entry.versions if v < recipe.version})
+    if not old:
+        return []
+    versions = ", ".join(str(v) for v in old)
+    return [
+        f"**These rows were recorded with version {versions} of this recipe; the code above is version "
+        f"{recipe.version}.** What changed: {recipe.changes.rstrip('.')}. They are shown as recorded, and compared "
+        "as recorded: rerun the recipe to replace them." + (f" {recipe.superseded}" if recipe.superseded else ""),
+        "",
+    ]
+
+
 def results_table(recipe, methods: dict) -> list[str]:
-    first = next(iter(methods.values()))["meta"]
+    first = next(iter(methods.values())).meta
     lines = [f"Results at the `{first['scale']}` scale:", ""]
-    metrics = sorted({m for entry in methods.values() for m in entry["metrics"]} - {"steps"})
+    metrics = sorted({m for entry in methods.values() for m in entry.metrics} - {"steps"})
     metrics = [recipe.primary] + [m for m in metrics if m != recipe.primary]
-    lines.append("| method | trainable params | seeds | " + " | ".join(metrics) + " | wall s | peak MB |")
-    lines.append("| --- | ---: | ---: | " + " | ".join("---:" for _ in metrics) + " | ---: | ---: |")
+    with_budget = any(entry.budgets for entry in methods.values())
+    head = "| method | lr | trainable params | " + ("of budget | " if with_budget else "") + "seeds | "
+    lines.append(head + " | ".join(metrics) + " | wall s | peak MB |")
+    lines.append(
+        "| --- | --- | ---: | "
+        + ("---: | " if with_budget else "")
+        + "---: | "
+        + " | ".join("---:" for _ in metrics)
+        + " | ---: | ---: |"
+    )
     order = [m for m in recipe.methods if m in methods] + sorted(set(methods) - set(recipe.methods))
     for name in order:
         entry = methods[name]
-        cells = [fmt(*interval(entry["metrics"][m])) if m in entry["metrics"] else "" for m in metrics]
-        trainable = "/".join(f"{n:,}" for n in sorted(entry["trainable"]))
-        wall = statistics.fmean(entry["wall"].values())
-        peak = statistics.fmean(entry["peak"].values())
+        cells = [
+            fmt(interval(list(entry.metrics[m].values()), scale_of(m))) if m in entry.metrics else "" for m in metrics
+        ]
+        trainable = "/".join(f"{n:,}" for n in sorted(entry.trainable))
+        budget = (budget_text(entry) + " | ") if with_budget else ""
+        wall = statistics.fmean(entry.wall.values())
+        peak = statistics.fmean(entry.peak.values())
+        seeds = len(next(iter(entry.metrics.values())))
         lines.append(
-            f"| {name} | {trainable} | {len(entry['seeds'])} | " + " | ".join(cells) + f" | {wall:.0f} | {peak:.0f} |"
+            f"| {name} | {lr_text(entry)} | {trainable} | {budget}{seeds} | "
+            + " | ".join(cells)
+            + f" | {wall:.0f} | {peak:.0f} |"
+        )
+    lines.append("")
+    if with_budget:
+        lines += [
+            "`of budget`: the parameters a baseline trains against the mechanism's budget (the task head not "
+            f"counted); flagged where it is off by more than {BUDGET_TOLERANCE:.0%}: LoRA moves in whole ranks of "
+            "whole modules, and the top tensors run out on a small model.",
+            "",
+        ]
+    return lines
+
+
+def tuning_table(recipe, trials: dict) -> list[str]:
+    """Each method's validation metric at every learning-rate multiplier of the sweep, and the one chosen."""
+    if not trials:
+        return []
+    key = f"validation_{recipe.primary}"
+    scales = sorted({s for method in trials.values() for s in method}, key=float)
+    lines = [
+        f"Learning-rate sweep (seed {TUNING_SEED}, validation {recipe.primary}; the chosen multiplier in bold):",
+        "",
+        "| method | " + " | ".join(f"×{float(s):g}" for s in scales) + " |",
+        "| --- | " + " | ".join("---:" for _ in scales) + " |",
+    ]
+    for method in [m for m in recipe.methods if m in trials]:
+        best = choose_lr_scale(recipe, {float(x): m for x, m in trials[method].items()})
+        cells = []
+        for s in scales:
+            value = trials[method].get(s, {}).get(key)
+            text = "diverged" if s in trials[method] and value is None else "" if value is None else number(value)
+            cells.append(f"**{text}**" if float(s) == best else text)
+        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+@dataclass
+class Comparison:
+    recipe: str
+    method: str
+    baseline: str
+    result: Paired
+    family: str
+    tuned: bool = True
+    """False where the two ran at fixed learning rates that were not tuned alike: a separated pair is then only
+    'lower' or 'higher' at those rates, never 'better' or 'worse'."""
+    adjusted: float = math.nan
+
+    def verdict(self, higher_is_better: bool) -> str:
+        if self.result.n < 2 or math.isnan(self.adjusted):
+            return "not separated (fewer than two common seeds)"
+        if self.adjusted >= ALPHA:
+            return "not separated"
+        if not self.tuned:
+            return f"{'higher' if self.result.difference > 0 else 'lower'} at these fixed rates"
+        ahead = (self.result.difference > 0) == higher_is_better
+        return "better" if ahead else "worse"
+
+
+def comparisons(known: dict, grouped: dict) -> list[Comparison]:
+    """Every comparison the recipes declare, paired by seed on the primary metric's scale, with Holm's adjustment
+    over its family: the training recipes' comparisons together (the report's headline claims), and each pruning
+    sweep's own."""
+    out = []
+    for name, recipe in known.items():
+        methods = grouped.get(name, {})
+        family = name if is_sweep(recipe.methods) else "headline"
+        for method, baseline in recipe.comparisons:
+            if method in methods and baseline in methods and recipe.primary in methods[method].metrics:
+                scale = scale_of(recipe.primary)
+                a, b = methods[method].metrics[recipe.primary], methods[baseline].metrics.get(recipe.primary, {})
+                tuned = is_sweep(recipe.methods) or all(
+                    s for m in (method, baseline) for s in methods[m].lr_scales
+                )  # a pruning sweep trains nothing to tune
+                out.append(Comparison(name, method, baseline, paired(a, b, scale), family, tuned))
+    for family in {c.family for c in out}:
+        members = [c for c in out if c.family == family]
+        for c, adjusted in zip(members, holm([c.result.p for c in members])):
+            c.adjusted = adjusted
+    return out
+
+
+def p_text(p: float) -> str:
+    return "" if math.isnan(p) else f"{p:.2g}" if p >= 1e-4 else "<1e-4"
+
+
+def comparison_table(recipe, found: list[Comparison]) -> list[str]:
+    if not found:
+        return []
+    lines = [
+        f"Declared comparisons ({recipe.primary}; paired by seed; the difference is the first method's minus the "
+        "second's, a ratio on the log scale, an odds ratio on the logit scale; Holm-adjusted over "
+        f"{'this sweep' if is_sweep(recipe.methods) else 'the headline comparisons of every training recipe'}):",
+        "",
+        "| method | against | seeds | difference (95% interval) | p | Holm p | verdict |",
+        "| --- | --- | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for c in found:
+        lines.append(
+            f"| {c.method} | {c.baseline} | {c.result.n} | {fmt_difference(c.result)} | {p_text(c.result.p)} | "
+            f"{p_text(c.adjusted)} | {c.verdict(recipe.higher_is_better)} |"
         )
     return lines + [""]
 
 
-def verdict_line(recipe, methods: dict) -> str:
-    mechanism = [m for m in recipe.methods if m in methods and m not in recipe.baselines]
-    stats = {m: interval(e["metrics"][recipe.primary]) for m, e in methods.items() if recipe.primary in e["metrics"]}
-    if not any(m in stats for m in mechanism):
-        return f"**{recipe.name}**: no finished run of the mechanism yet."
-    sign = 1 if recipe.higher_is_better else -1
-
-    def described(name):
-        trainable = "/".join(f"{n:,}" for n in sorted(methods[name]["trainable"]))
-        return f"`{name}` ({fmt(*stats[name])}, {trainable} trained)"
-
-    def against(method, baselines):
-        parts = [
-            f"{PHRASES[compare(stats[method], stats[base], recipe.higher_is_better)]} {described(base)}"
-            for base in baselines
-            if base in stats
-        ]
-        return f"{described(method)} is " + "; ".join(parts)
-
+def verdict_line(recipe, methods: dict, found: list[Comparison]) -> str:
+    """The recipe's declared comparisons in one paragraph, grouped by the method compared against."""
     direction = "higher" if recipe.higher_is_better else "lower"
-    head = f"**{recipe.name}** ({recipe.mechanism}, {recipe.primary}, {direction} is better)"
-    if recipe.matched:
-        pairs = [against(m, bases) for m, bases in recipe.matched.items() if m in stats]
-        return f"{head}: " + ". ".join(pairs) + "."
-    best = max((m for m in mechanism if m in stats), key=lambda m: sign * stats[m][0])
-    return f"{head}: the mechanism's best method, " + against(best, recipe.baselines) + "."
-
-
-def sweep_line(recipe, methods: dict) -> str:
-    """For a pruning sweep: at each share of heads, the strategy with the best mean, against the unpruned model."""
-    sign = 1 if recipe.higher_is_better else -1
-    shares: dict[str, list[str]] = {}
-    for name in methods:
-        if "@" in name and name not in recipe.baselines:
-            shares.setdefault(name.split("@")[1], []).append(name)
-    base = next((b for b in recipe.baselines if b in methods), None)
+    head = f"**{recipe.name}** ({recipe.mechanism}; {recipe.primary}, {direction} is better)"
+    if any(v < recipe.version for entry in methods.values() for v in entry.versions):
+        changed = recipe.changes.rstrip(".")
+        head += f" [rows recorded before version {recipe.version} of the recipe, which changed: {changed}]"
+        if recipe.superseded:
+            head += f" [{recipe.superseded.rstrip('.')}]"
+    if not is_sweep(recipe.methods) and all(not s for entry in methods.values() for s in entry.lr_scales):
+        head += " [at fixed learning rates, not tuned alike]"
+    if not found:
+        return f"{head}: no declared comparison has runs yet."
+    groups: dict[str, list[str]] = {}
+    for c in found:
+        text = f"`{c.method}` {c.verdict(recipe.higher_is_better)} ({fmt_difference(c.result)}"
+        text += f", Holm p {p_text(c.adjusted)})" if not math.isnan(c.adjusted) else ")"
+        groups.setdefault(c.baseline, []).append(text)
     parts = []
-    for share, names in sorted(shares.items(), key=lambda item: float(item[0])):
-        best = max(names, key=lambda m: sign * statistics.fmean(methods[m]["metrics"][recipe.primary]))
-        runner = sorted(names, key=lambda m: -sign * statistics.fmean(methods[m]["metrics"][recipe.primary]))[1:2]
-        speed = methods[best]["metrics"].get("forward_time_ratio")
-        text = f"{share}%: `{best}` {fmt(*interval(methods[best]['metrics'][recipe.primary]))}"
-        if runner:
-            text += f" (next `{runner[0]}` {fmt(*interval(methods[runner[0]]['metrics'][recipe.primary]))})"
-        if speed:
-            text += f", forward time {statistics.fmean(speed):.2f}x"
-        parts.append(text)
-    start = f" against {fmt(*interval(methods[base]['metrics'][recipe.primary]))} unpruned" if base else ""
-    return (
-        f"**{recipe.name}** ({recipe.mechanism}, {recipe.primary}, "
-        f"{'higher' if recipe.higher_is_better else 'lower'} is better){start}; the best strategy at each share of "
-        "heads pruned: " + "; ".join(parts) + " (by mean: where the intervals overlap, the order is not established)."
-    )
+    for baseline, texts in groups.items():
+        entry = methods[baseline]
+        flags = [budget_gap(used, budget) for budget, used in entry.budgets]
+        note = f" (trains {'; '.join(f for f in flags if f)})" if any(flags) else ""
+        parts.append(f"against `{baseline}`{note}: " + "; ".join(texts))
+    return f"{head}: " + ". ".join(parts) + "."
 
 
 def write_report(out: Path, path: Path) -> str:
@@ -214,9 +378,11 @@ def write_report(out: Path, path: Path) -> str:
     rows = read_csvs(out)
     known = recipes()
     grouped = summaries(rows)
-    unknown = sorted(set(grouped) - set(known))
+    trials = tuning_runs(rows)
+    unknown = sorted((set(grouped) | set(trials)) - set(known))
     if unknown:
         raise ValueError(f"{out} holds rows of unknown recipes {unknown}; the recipes: {', '.join(known)}")
+    found = comparisons(known, grouped)
     images = path.parent / "img"
     body, verdicts = [], []
     for name, recipe in known.items():
@@ -225,36 +391,56 @@ def write_report(out: Path, path: Path) -> str:
         if not methods:
             body += ["No run of this recipe is recorded yet.", ""]
             continue
+        mine = [c for c in found if c.recipe == name]
         images.mkdir(parents=True, exist_ok=True)
         image = f"results-{name}.png"
         (plot_sweep if is_sweep(methods) else plot_methods)(recipe, methods, images / image)
-        body += results_table(recipe, methods) + [f"![{name}](img/{image})", ""]
-        verdict = (sweep_line if is_sweep(methods) else verdict_line)(recipe, methods)
+        body += version_banner(recipe, methods)
+        body += results_table(recipe, methods) + tuning_table(recipe, trials.get(name, {}))
+        body += [f"![{name}](img/{image})", ""] + comparison_table(recipe, mine)
+        verdict = verdict_line(recipe, methods, mine)
         body += [verdict, ""]
         verdicts.append(f"- {verdict}")
-    records = {(r["recipe"], r["method"], r["seed"]): r for r in rows}.values()
+    records = {(r["recipe"], r["method"], r["seed"], r.get("lr_scale", "")): r for r in rows}.values()
     head = [
         "# Results",
         "",
         f"Generated by `interlayer results --report` from the CSVs in `{out}/`; do not edit by hand. "
         "Every method of a recipe starts from the same stock checkpoint and trains on the same batches in the same "
         "order for the same steps with the same seeds; LoRA and the top tensors train as many parameters as the "
-        "mechanism adds (a task head, where there is one, trains in every method and is counted). Values are means "
-        "over seeds ± the half-width of the 95% interval (Student's t). A verdict says 'better' or 'worse' only where "
-        "the two intervals do not overlap, and picks the mechanism's best method after the fact (with a few seeds, a "
-        "small advantage of the best of several methods is partly selection). `wall s` is each run's time including "
-        "its conversion and evaluation; `peak MB` is how far the process's resident memory rose above what it held "
-        "when the run started: the runs of one command share a process, so memory an earlier run freed and the "
-        "allocator kept hides part of a later run's peak (compare memory with `interlayer bench` and docs/costs.md "
-        "instead).",
+        "mechanism adds, or as near as they can (the `of budget` column; a task head, where there is one, trains in "
+        f"every method and is counted in `trainable params`). Values are means over seeds with their {LEVEL:.0%} "
+        "interval (Student's t), computed where the interval stays in the metric's range: losses as they are "
+        "(`mean ± half-width`); perplexity and time ratios on the log scale, shares (accuracy, exact match) on the "
+        "logit scale (`centre [low, high]`, transformed back; the centre is the geometric mean, or the share of the "
+        "mean logit). Methods are compared only where a recipe declares the comparison in advance (listed under "
+        "each recipe): the mechanism's methods against LoRA, the top tensors and full fine-tuning, or a pruning "
+        "strategy against random pruning. Each comparison is paired by seed (every method of a seed sees the same "
+        "data): the mean difference on the metric's scale, its 95% t interval and the paired t test's p-value, "
+        "Holm-adjusted over its family (every training recipe's comparisons together; each pruning sweep's own). A "
+        f"verdict says 'better' or 'worse' only where the adjusted p is below {ALPHA} and both methods' learning "
+        "rates came from the same sweep; rows recorded at fixed rates that were not tuned alike say only 'lower' or "
+        "'higher at these fixed rates'. Whether two methods' own intervals overlap decides nothing. `wall s` is "
+        "each run's time including its conversion and evaluation; "
+        "`peak MB` is how far the process's resident memory rose above what it held when the run started: the runs "
+        "of one command share a process, so memory an earlier run freed and the allocator kept hides part of a "
+        "later run's peak (compare memory with `interlayer bench` and docs/costs.md instead).",
         "",
     ]
     if rows:
         wall = sum(float(r["wall_s"]) for r in records)
+        revisions = sorted({r["revision"] for r in rows})
+        dirty = [r for r in revisions if r.endswith("+changes")]
         head += [
             f"Commands: {'; '.join(sorted({'`' + r['command'] + '`' for r in rows}))}. "
-            f"Revisions: {', '.join(sorted({r['revision'] for r in rows}))}. "
-            f"Machine: {'; '.join(sorted({r['machine'] for r in rows}))}. "
+            f"Revisions: {', '.join(revisions)}"
+            + (
+                f" ({', '.join(dirty)}: recorded from a checkout with uncommitted changes, so their code is not "
+                "exactly any commit)"
+                if dirty
+                else ""
+            )
+            + f". Machine: {'; '.join(sorted({r['machine'] for r in rows}))}. "
             f"Wall time of all runs: {wall / 60:.0f} min.",
             "",
         ]
@@ -265,12 +451,12 @@ def write_report(out: Path, path: Path) -> str:
         "interlayer results --quick --out /tmp/results      # every recipe on tiny models in minutes (CI runs this)",
         "interlayer results --out results --work runs/results-work --report docs/results.md   # the cpu scale",
         "interlayer results --scale seed --recipes hc-gsm8k --out results-seed   # a seed's own setting, on a GPU",
-        "interlayer results --plan --scale seed             # what each recipe runs at a scale",
+        "interlayer results --plan --scale seed             # what each recipe runs at a scale, and its cost",
         "```",
         "",
-        "A finished run is never repeated (`OUT/runs/<recipe>/<method>/seed<S>.json`), so an interrupted run resumes "
-        "by running the same command again. The seed scale downloads the seeds' models and data from the Hub and "
-        "saves every trained model under `--work`; it has not been run for this report (no GPU here).",
+        "A finished run is never repeated (`OUT/runs/<recipe>/<method>/...json`), so an interrupted run resumes "
+        "by running the same command again. The seed scale downloads the seeds' models and data from the Hub; it "
+        "has not been run for this report (no GPU here).",
         "",
         "## Which mechanism for what",
         "",

@@ -12,19 +12,24 @@ Two recipes, the same sweep on two families:
   scale it is the Hub's `gpt2` (the seed's model).
 
 Methods: `none@0` (the converted, unpruned model), `<strategy>@<percent>` for the strategies `entropy`,
-`magnitude`, `importance` (Michel et al. 2019), `random` and `flap` (the one-shot structured-pruning baseline of
-FLAP, An et al. 2024, arXiv:2312.11983: the fluctuation of each head's input to the output projection times the
-squared norm of its columns, standardised within each layer; `interlayer.sentinel.head_fluctuation`) at 20, 40
-and 60% of the heads, and `controller`: a short run training only the gate logits with the L1 pressure while
-`SentinelControllerCallback` (driven step by step, as the Trainer would) lowers and masks heads within its budget
-(the seed's 30%), then `prune_masked_heads()`; its `heads_pruned` is what the controller chose to remove.
+`magnitude`, `importance` (Michel et al. 2019), `random`, and the two one-shot structured-pruning baselines of
+the FLAP paper (An et al. 2024, arXiv:2312.11983) as its authors' code computes them: `flap` (the fluctuation of
+each channel of the output projection's input times the squared norm of its column, squared, standardised over the
+layer's channels and averaged per head; `interlayer.sentinel.flap_head_scores`) and `wanda-sp` (the structured
+Wanda: |W| times the input's root mean square, pruned evenly over the layers; `wanda_sp_head_scores`), with
+`flap-heads` (the same fluctuation summed per head and standardised over the layer's heads: this project's `flap`
+before it followed the authors' code) at 20, 40 and 60% of the heads; `controller`: a short run training only the
+gate logits with the L1 pressure while `SentinelControllerCallback` (driven step by step, as the Trainer would)
+lowers and masks heads within its budget (the seed's 30%), then `prune_masked_heads()`; its `heads_pruned` is
+what the controller chose to remove. The `+ft` methods add a short recovery fine-tune after pruning, as the
+pruning papers report it (every weight but the gates, on training blocks the seed draws); `none@0+ft` fine-tunes
+the unpruned model the same way, the control for what the fine-tune gains without pruning.
 
 Pruning is per head (`uniform=False`): the least important `round(share * all heads)` query heads over the whole
 model, so `heads_pruned` equals the requested share to within half a head (1/540 on SmolLM2's 270 heads); layers
 keep different head counts and, on SmolLM2, a key/value head goes only with every query head of its group. (The
 uniform variant, whole key/value groups per layer, moves in thirds on SmolLM2 and is what `interlayer prune
---uniform --stock` exports; it is not swept here.) There is no fine-tune after pruning: the perplexity is the
-one-shot one.
+--uniform --stock` exports; it is not swept here.) Without `+ft` the perplexity is the one-shot one.
 
 Data: tinyshakespeare, the last 10% of the text held out (`quick`: a synthetic token stream, its last 10%).
 The seed draws the scoring blocks (from the first 90%; the controller trains on blocks drawn the same way) and the
@@ -46,12 +51,38 @@ from pathlib import Path
 import torch
 
 from ..saving import save_file_atomically
-from .core import Recipe, RunResult, checkpoints
+from .core import Estimate, Recipe, RunResult, checkpoints, gpu_estimate, lr
 from .loops import fingerprint, lm_eval_loss, param_groups, train
 
-STRATEGY_NAMES = ("entropy", "magnitude", "importance", "random", "flap")
+STRATEGY_NAMES = ("entropy", "magnitude", "importance", "random", "flap", "flap-heads", "wanda-sp")
 SHARES = (20, 40, 60)
-METHODS = ("none@0", *(f"{strategy}@{share}" for share in SHARES for strategy in STRATEGY_NAMES), "controller")
+RECOVERED = ("none@0", "importance@40", "flap@40", "wanda-sp@40", "random@40")
+"""The methods also run with a recovery fine-tune after pruning (`<method>+ft`)."""
+RECOVERY = "+ft"
+METHODS = (
+    "none@0",
+    *(f"{strategy}@{share}" for share in SHARES for strategy in STRATEGY_NAMES),
+    "controller",
+    *(method + RECOVERY for method in RECOVERED),
+)
+COMPARISONS = (
+    *(
+        (f"{strategy}@{share}", f"random@{share}")
+        for share in SHARES
+        for strategy in STRATEGY_NAMES
+        if strategy != "random"
+    ),
+    *((method + RECOVERY, "random@40" + RECOVERY) for method in RECOVERED if method not in ("none@0", "random@40")),
+)
+"""The sweep's declared comparisons: every scoring strategy against random pruning of the same share, before and
+after the recovery fine-tune (does the criterion beat chance)."""
+VERSION, CHANGES = (
+    2,
+    (
+        "`flap` follows the authors' code (rows of the earlier `flap` are `flap-heads`); `wanda-sp` and the `+ft` "
+        "recovery methods added; the cpu-scale GPT-2 trains 2,000 steps, not 400"
+    ),
+)
 CONTROLLER_BUDGET = 0.3  # the seed's max_pruned_fraction
 ABOUTS = {
     "none@0": "the converted model, unpruned (the stock function)",
@@ -61,6 +92,8 @@ ABOUTS = {
         for s in STRATEGY_NAMES
     },
     "controller": "gate logits trained with L1 pressure under the controller, then its masked heads pruned",
+    "none@0+ft": "the unpruned model fine-tuned as the recovered methods are (the control)",
+    **{m + RECOVERY: f"`{m}`, then the recovery fine-tune" for m in RECOVERED if m != "none@0"},
 }
 
 
@@ -78,6 +111,9 @@ class Setting:
     controller_steps: int
     controller_batch: int
     controller_warmup: int
+    recovery_steps: int
+    recovery_batch: int
+    recovery_lr: float = 1e-4
     gate_lr: float = 0.05
     controller_lr: float = 20.0
 
@@ -85,15 +121,16 @@ class Setting:
 SETTINGS = {
     "quick": Setting(
         block=16, score_blocks=4, eval_blocks=4, batch=2, timing_rows=2, timing_repeats=2,
-        controller_steps=6, controller_batch=2, controller_warmup=1,
+        controller_steps=6, controller_batch=2, controller_warmup=1, recovery_steps=4, recovery_batch=2,
     ),
     "cpu": Setting(
         block=128, score_blocks=8, eval_blocks=16, batch=4, timing_rows=2, timing_repeats=3,
-        controller_steps=10, controller_batch=1, controller_warmup=1,
+        controller_steps=10, controller_batch=1, controller_warmup=1, recovery_steps=16, recovery_batch=4,
     ),
     "seed": Setting(
         block=512, score_blocks=64, eval_blocks=128, batch=8, timing_rows=8, timing_repeats=7,
-        controller_steps=300, controller_batch=8, controller_warmup=30,
+        controller_steps=300, controller_batch=8, controller_warmup=30, recovery_steps=200, recovery_batch=8,
+        recovery_lr=5e-5,
     ),
 }  # fmt: skip
 
@@ -101,12 +138,13 @@ QUICK_VOCAB = 64
 
 
 def parse_method(method: str) -> tuple[str, float]:
-    """`entropy@40` -> ("entropy", 0.4); `none@0` -> ("none", 0.0); `controller` -> ("controller", budget)."""
-    if method == "controller":
-        return "controller", CONTROLLER_BUDGET
-    strategy, _, percent = method.partition("@")
+    """`entropy@40` -> ("entropy", 0.4); `none@0` -> ("none", 0.0); `controller` -> ("controller", budget);
+    `flap@40+ft` -> ("flap", 0.4) (whether it fine-tunes after pruning: `method.endswith(RECOVERY)`)."""
     if method not in METHODS:
         raise ValueError(f"the sentinel sweep has no method {method!r}; it has {list(METHODS)}.")
+    if method == "controller":
+        return "controller", CONTROLLER_BUDGET
+    strategy, _, percent = method.removesuffix(RECOVERY).partition("@")
     return strategy, int(percent) / 100
 
 
@@ -155,10 +193,21 @@ def tiny_gpt2(folder: Path) -> str:
 
 
 GPT2_SHAKESPEARE = dict(
-    n_layer=6, n_embd=256, n_head=8, n_positions=128, vocab=1024, block=128, batch=16, steps=400, lr=1e-3
+    n_layer=6, n_embd=256, n_head=8, n_positions=128, vocab=1024, block=128, batch=16, steps=2000, lr=1e-3
 )
-"""The `cpu` scale's GPT-2: the architecture of `benchmarks/sentinel_shakespeare.py`, trained for fewer steps
-(400 x 16 x 128 tokens, AdamW lr 1e-3, cosine) to keep its one-off cost to a few minutes."""
+"""The `cpu` scale's GPT-2: the model of `benchmarks/sentinel_shakespeare.py`, trained as long (2,000 x 16 x 128
+tokens, AdamW lr 1e-3, cosine; 18.7 minutes on 2 cores there, once per work folder), where pruning half its heads at
+random costs 28 -> 36 in perplexity. Trained for 400 steps it barely used attention (60% of its heads pruned at
+random cost +0.03 nats), so the order of the strategies was noise."""
+
+
+def gpt2_shakespeare_description() -> str:
+    c = GPT2_SHAKESPEARE
+    return (
+        f"GPT-2 architecture ({c['n_layer']} layers x {c['n_head']} heads, hidden {c['n_embd']}, BPE {c['vocab']:,}) "
+        f"trained from scratch for {c['steps']:,} steps of {c['batch']} x {c['block']} tokens (AdamW lr {lr(c['lr'])}, "
+        "cosine) on the first 90% of tinyshakespeare, once per work folder (no GPT-2 weights offline)"
+    )
 
 
 def shakespeare_text() -> str:
@@ -232,7 +281,10 @@ def smollm2(folder: Path) -> str:
 
 SMOLLM2 = Family("LlamaSentinelForCausalLM", tiny_llama, smollm2, "HuggingFaceTB/SmolLM2-135M")
 GPT2 = Family(
-    "GPT2SentinelLMHeadModel", tiny_gpt2, lambda folder: gpt2_shakespeare(folder / "gpt2-shakespeare"), "gpt2"
+    "GPT2SentinelLMHeadModel",
+    tiny_gpt2,
+    lambda folder: gpt2_shakespeare(folder / f"gpt2-shakespeare-{GPT2_SHAKESPEARE['steps']}"),
+    "gpt2",
 )
 
 
@@ -327,6 +379,22 @@ def run_controller(model, batches: list[dict], setting: Setting, device: str) ->
     return sum(p.numel() for p in gates)
 
 
+def recover(model, batches: list[dict], setting: Setting, device: str) -> int:
+    """The recovery fine-tune after pruning: every weight but the gate logits, AdamW at `recovery_lr` with 10%
+    warm-up and linear decay, one step per batch, in float32 (the model goes back to its dtype after). Returns the
+    weights trained."""
+    dtype = next(model.parameters()).dtype
+    model.float()
+    for name, p in model.named_parameters():
+        p.requires_grad_("sentinel_gate_logits" not in name)
+    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    groups = param_groups(model, {"all": setting.recovery_lr}, lambda name: "all", weight_decay=0.0)
+    train(model, groups, batches, warmup=0.1, schedule="linear", device=device)
+    model.requires_grad_(False)
+    model.to(dtype).eval()
+    return trained
+
+
 def run_sweep(family: Family, method: str, seed: int, scale: str, workdir: Path) -> RunResult:
     """One (method, seed): convert the checkpoint, prune by the method, measure."""
     import interlayer
@@ -356,6 +424,11 @@ def run_sweep(family: Family, method: str, seed: int, scale: str, workdir: Path)
     elif strategy != "none":
         scoring = [{k: v.to(device) for k, v in b.items()} for b in score]
         prune_by_strategy(model, share, strategy, scoring, seed=seed)
+    if method.endswith(RECOVERY):
+        count = setting.recovery_steps * setting.recovery_batch
+        steps = seeded_batches(train_blocks, count, setting.recovery_batch, generator)
+        trainable = recover(model, steps, setting, device)
+        train_tokens = sum(b["input_ids"].numel() for b in steps)
     metrics = lm_eval_loss(model, evaluation, device)
     timing = {"input_ids": evaluation[0]["input_ids"][: setting.timing_rows]}
     timing["attention_mask"] = torch.ones_like(timing["input_ids"])
@@ -393,10 +466,45 @@ def describe(scale: str) -> str:
     data = "a synthetic token stream" if scale == "quick" else "tinyshakespeare"
     return (
         f"{data}, last 10% held out: {c.eval_blocks} held-out blocks of {c.block} tokens, {c.score_blocks} scoring "
-        f"blocks; controller: {c.controller_steps} steps of {c.controller_batch} x {c.block} tokens (gates only); "
+        f"blocks; controller: {c.controller_steps} steps of {c.controller_batch} x {c.block} tokens (gates only), "
+        f"warm-up {c.controller_warmup}, an update every step, lr {c.controller_lr:g} (on purpose not the seed's "
+        "warm-up 500, an update every 100 steps and lr 0.01, with which no head falls to the mask threshold in runs "
+        "this short); "
         f"forward timed on {c.timing_rows} x {c.block} tokens, median of {c.timing_repeats} interleaved repeats; "
-        "no fine-tune after pruning"
+        f"recovery fine-tune (`+ft`): {c.recovery_steps} steps of {c.recovery_batch} x {c.block} tokens, lr "
+        f"{lr(c.recovery_lr)}"
     )
+
+
+def estimate_for(family: str):
+    """Seconds per run: cpu from the committed records of revision ad3262e (SmolLM2: about 8 s a one-shot run; the
+    small GPT-2: under 1 s) plus the recovery fine-tune at a full fine-tuning step's cost (SmolLM2: 6.2 s per
+    1,024 tokens on the idle machine, 2026-11-28); seed from the models' sizes."""
+
+    def estimate(method: str, scale: str, tuning: bool) -> Estimate:
+        setting = SETTINGS[scale]
+        if scale == "quick":
+            return Estimate(seconds=1.0)
+        tokens = setting.recovery_steps * setting.recovery_batch * setting.block if method.endswith(RECOVERY) else 0
+        if scale == "cpu":
+            one_shot, step = (8.0, 6.2) if family == "smollm2" else (1.0, 0.6)
+            return Estimate(seconds=one_shot + (4.0 if method == "controller" else 0.0) + step * tokens / 1024)
+        controller = (
+            setting.controller_steps * setting.controller_batch * setting.block if method == "controller" else 0
+        )
+        return gpu_estimate(
+            params=0.135e9,
+            trainable=0.135e9 if tokens else 0.0,
+            train_tokens=tokens + controller,
+            eval_tokens=(setting.eval_blocks + setting.score_blocks) * setting.block,
+            layers=30 if family == "smollm2" else 12,
+            hidden=576 if family == "smollm2" else 768,
+            micro_tokens=setting.batch * setting.block,
+            vocab=49_152 if family == "smollm2" else 50_257,
+            extra_seconds=30.0,  # loading, conversion, the forward timings
+        )
+
+    return estimate
 
 
 SENTINEL_SMOLLM2 = Recipe(
@@ -404,12 +512,16 @@ SENTINEL_SMOLLM2 = Recipe(
     mechanism="sentinel",
     summary="SmolLM2-135M (grouped-query) with sentinel gates: held-out perplexity, next-token accuracy and forward "
     "time against the share of heads pruned (per head, one-shot), by strategy (entropy, magnitude, importance, random, "
-    "FLAP) and by the seed's controller",
+    "FLAP, Wanda-sp) and by the seed's controller, and after a short recovery fine-tune",
     methods=METHODS,
     run=lambda method, seed, scale, workdir: run_sweep(SMOLLM2, method, seed, scale, workdir),
-    seeds={"quick": (0, 1), "cpu": (0, 1, 2), "seed": (0, 1, 2)},
+    estimate=estimate_for("smollm2"),
+    seeds={"quick": (0,), "cpu": (0, 1, 2), "seed": (0, 1, 2)},
     primary="perplexity",
     baselines=("none@0",),
+    comparisons=COMPARISONS,
+    version=VERSION,
+    changes=CHANGES,
     abouts=ABOUTS,
     scale_notes={
         "quick": "a random stock Llama (2 layers x 6 heads, 2 key/value heads, hidden 48); " + describe("quick"),
@@ -425,15 +537,18 @@ SENTINEL_GPT2 = Recipe(
     "GPT-2 trained from scratch on tinyshakespeare, since no GPT-2 weights are offline; at seed scale `gpt2`)",
     methods=METHODS,
     run=lambda method, seed, scale, workdir: run_sweep(GPT2, method, seed, scale, workdir),
-    seeds={"quick": (0, 1), "cpu": (0, 1, 2), "seed": (0, 1, 2)},
+    estimate=estimate_for("gpt2"),
+    setup_seconds={"cpu": 0.56 * GPT2_SHAKESPEARE["steps"]},  # 18.7 minutes for 2,000 steps on 2 cores
+    seeds={"quick": (0,), "cpu": (0, 1, 2), "seed": (0, 1, 2)},
     primary="perplexity",
     baselines=("none@0",),
+    comparisons=COMPARISONS,
+    version=VERSION,
+    changes=CHANGES,
     abouts=ABOUTS,
     scale_notes={
         "quick": "a random stock GPT-2 (2 layers x 6 heads, hidden 48); " + describe("quick"),
-        "cpu": "GPT-2 architecture (6 layers x 8 heads, hidden 256, BPE 1,024) trained from scratch for 200 steps of "
-        "8 x 128 tokens on the first 90% of tinyshakespeare, once per output folder (no GPT-2 weights offline); "
-        + describe("cpu"),
+        "cpu": gpt2_shakespeare_description() + "; " + describe("cpu"),
         "seed": "gpt2 from the Hub, on a GPU in bf16; " + describe("seed"),
     },
 )

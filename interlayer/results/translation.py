@@ -19,12 +19,14 @@ import torch
 
 from ..number_words import LANGUAGES, CharVocabulary, number_words
 from . import loops
-from .core import Recipe, RunResult
+from .core import TUNING_SEED, Estimate, Recipe, RunResult, gpu_estimate
 
 TRAINED = (("en", "de"), ("en", "fr"), ("en", "es"), ("de", "en"), ("fr", "en"), ("es", "en"))
 ZERO_SHOT = (("de", "fr"), ("fr", "de"), ("de", "es"), ("es", "de"), ("fr", "es"), ("es", "fr"))
 HELD_OUT = tuple(sorted(random.Random(1234).sample(range(1000), 100)))
-TRAIN_NUMBERS = tuple(n for n in range(1000) if n not in set(HELD_OUT))
+VALIDATION = tuple(sorted(random.Random(4321).sample([n for n in range(1000) if n not in set(HELD_OUT)], 50)))
+"""50 more numbers never trained on, the validation split the learning rate is chosen on."""
+TRAIN_NUMBERS = tuple(n for n in range(1000) if n not in set(HELD_OUT) | set(VALIDATION))
 
 BRIDGES = {"none": [], "none-wide": [], "lin": ["lin"], "perceiver": ["perceiver"], "transformer": ["transformer"]}
 """The bridge layers of each method; `none-wide` is the capacity control: no bridge, the encoder's feed-forward
@@ -49,7 +51,7 @@ class Size:
     weight_decay: float = 0.01
     dropout: float = 0.1
     eval_numbers: int = len(HELD_OUT)
-    device: str = "cpu"
+    autocast: str | None = None  # "bfloat16": float32 weights, bf16 autocast
 
 
 SIZES = {
@@ -58,7 +60,7 @@ SIZES = {
     "cpu": Size(d_model=128, layers=2, heads=4, ffn=512, steps=500, batch=64, bridge_fixed_length=16,
                 bridge_hidden_size=256, bridge_heads=4),
     "seed": Size(d_model=512, layers=6, heads=8, ffn=2048, steps=20000, batch=128, bridge_fixed_length=50,
-                 bridge_hidden_size=2048, bridge_heads=8, lr=5e-4, warmup=0.04, device="cuda"),
+                 bridge_hidden_size=2048, bridge_heads=8, lr=5e-4, warmup=0.04, autocast="bfloat16"),
 }  # fmt: skip
 
 
@@ -173,25 +175,31 @@ def exact_match(model, vocab: CharVocabulary, source: str, target: str, numbers,
     return hits / len(numbers)
 
 
-def train_and_evaluate(method: str, seed: int, size: Size) -> RunResult:
-    """Train `method` from scratch for `size.steps` steps, then evaluate it on the held-out numbers: the loss of
-    the trained and the zero-shot pairs, and exact match of greedy decoding (mean over the pairs; each pair's in
-    `details`)."""
+def train_and_evaluate(method: str, seed: int, size: Size, lr_scale: float = 1.0, test: bool = True) -> RunResult:
+    """Train `method` from scratch for `size.steps` steps at `lr_scale` times the size's learning rate (on a GPU
+    where there is one), then evaluate it: the teacher-forced loss of the trained pairs on the validation numbers,
+    and with `test` on the held-out numbers: the loss of the trained and the zero-shot pairs, and exact match of
+    greedy decoding (mean over the pairs; each pair's in `details`)."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
     vocab = CharVocabulary()
-    model = make_model(vocab, method, size, seed).to(size.device)
+    model = make_model(vocab, method, size, seed).to(device)
     batches = training_batches(vocab, size.steps, size.batch, seed)
-    groups = loops.param_groups(model, {"all": size.lr}, lambda name: "all", size.weight_decay)
-    trained = loops.train(model, groups, batches, warmup=size.warmup, schedule="linear", device=size.device)
-    numbers = HELD_OUT[: size.eval_numbers]
-    accuracy = {f"{s}->{t}": exact_match(model, vocab, s, t, numbers, size.device) for s, t in TRAINED + ZERO_SHOT}
-    trained_pairs = [f"{s}->{t}" for s, t in TRAINED]
-    zero_shot_pairs = [f"{s}->{t}" for s, t in ZERO_SHOT]
-    metrics = {
-        "eval_loss": held_out_loss(model, vocab, TRAINED, numbers, size.device),
-        "zero_shot_loss": held_out_loss(model, vocab, ZERO_SHOT, numbers, size.device),
-        "exact_match_trained": sum(accuracy[p] for p in trained_pairs) / len(trained_pairs),
-        "exact_match_zero_shot": sum(accuracy[p] for p in zero_shot_pairs) / len(zero_shot_pairs),
-    }
+    groups = loops.param_groups(model, {"all": size.lr * lr_scale}, lambda name: "all", size.weight_decay)
+    with loops.mixed_precision(device, size.autocast):
+        trained = loops.train(model, groups, batches, warmup=size.warmup, schedule="linear", device=device)
+        metrics = {"validation_eval_loss": held_out_loss(model, vocab, TRAINED, VALIDATION, device)}
+        accuracy = {}
+        if test:
+            numbers = HELD_OUT[: size.eval_numbers]
+            accuracy = {f"{s}->{t}": exact_match(model, vocab, s, t, numbers, device) for s, t in TRAINED + ZERO_SHOT}
+            trained_pairs = [f"{s}->{t}" for s, t in TRAINED]
+            zero_shot_pairs = [f"{s}->{t}" for s, t in ZERO_SHOT]
+            metrics |= {
+                "eval_loss": held_out_loss(model, vocab, TRAINED, numbers, device),
+                "zero_shot_loss": held_out_loss(model, vocab, ZERO_SHOT, numbers, device),
+                "exact_match_trained": sum(accuracy[p] for p in trained_pairs) / len(trained_pairs),
+                "exact_match_zero_shot": sum(accuracy[p] for p in zero_shot_pairs) / len(zero_shot_pairs),
+            }
     params = loops.trainable_count(model)
     none = parameter_count(model_config(vocab, "none", size))
     details = {
@@ -201,16 +209,48 @@ def train_and_evaluate(method: str, seed: int, size: Size) -> RunResult:
         "bridge_layers": BRIDGES[method],
         "encoder_ffn_dim": model.config.encoder_ffn_dim,
         "params_over_none": params - none,
-        "held_out_numbers": len(numbers),
+        "held_out_numbers": size.eval_numbers if test else 0,
         "exact_match": accuracy,
         "size": dataclasses.asdict(size),
+        "lr": size.lr * lr_scale,
+        "lr_scale": lr_scale,
+        "device": device,
     }
     tokens = sum(int(b["attention_mask"].sum()) + int((b["labels"] != -100).sum()) for b in batches)
     return RunResult(metrics=metrics, trainable_params=params, train_tokens=tokens, details=details)
 
 
-def run(method: str, seed: int, scale: str, workdir: Path) -> RunResult:
-    return train_and_evaluate(method, seed, SIZES[scale])
+def run(method: str, seed: int, scale: str, workdir: Path, lr_scale: float = 1.0) -> RunResult:
+    return train_and_evaluate(method, seed, SIZES[scale], lr_scale, test=seed != TUNING_SEED)
+
+
+RUN_SECONDS = {"none": 49, "none-wide": 50, "lin": 49, "perceiver": 54}
+"""Seconds per cpu-scale run on 2 cores: the committed records of revision 7674a7e (500 steps of 64, evaluation and
+greedy decoding of 12 pairs x 100 numbers included; about 10 of them)."""
+
+
+def estimate(method: str, scale: str, tuning: bool) -> Estimate:
+    if scale == "quick":
+        return Estimate(seconds=2.0)
+    if scale == "cpu":
+        return Estimate(seconds=RUN_SECONDS[method] - (10 if tuning else 0))
+    size = SIZES["seed"]
+    return gpu_estimate(
+        params=0.06e9,
+        trainable=0.06e9,
+        train_tokens=size.steps * size.batch * 50,
+        eval_tokens=12 * size.eval_numbers * 50,
+        layers=12,
+        hidden=size.d_model,
+        micro_tokens=size.batch * 40,
+        vocab=100,
+        extra_seconds=0 if tuning else 120,  # greedy decoding of 12 pairs: small batches, launch-bound
+    )
+
+
+LR_GRID = (1 / 3, 1.0, 3.0)
+"""A third of the learning rate, it, and three times it: every method trains from scratch at the benchmark's 1e-3,
+tuned for the model without a bridge; ten times it diverges."""
 
 
 RECIPE = Recipe(
@@ -229,6 +269,12 @@ RECIPE = Recipe(
     methods=("none", "none-wide", "lin", "perceiver"),
     run=run,
     baselines=("none", "none-wide"),
+    comparisons=(("lin", "none"), ("lin", "none-wide"), ("perceiver", "none"), ("perceiver", "none-wide")),
+    lr_grid=LR_GRID,
+    version=2,
+    changes="the learning rate chosen per method from a sweep (x1/3, x1, x3) on 50 validation numbers taken out of "
+    "the training numbers",
+    estimate=estimate,
     abouts={
         "none": "the multi-decoder Marian without a bridge, every weight",
         "none-wide": "the same, encoder FFN widened by the lin bridge's parameters (capacity control)",
@@ -251,9 +297,10 @@ RECIPE = Recipe(
         "seed": (
             "Not run here. The same task at an opus-mt Marian's size (d_model 512, 6 + 6 layers, 8 heads, FFN 2048) "
             "with the seed toolkit's bridge defaults (fixed length 50, hidden size 2048, 8 heads, layernorm), "
-            "20,000 steps of 128, lr 5e-4, on cuda, from scratch. The seed document gives no headline number to "
-            "reproduce. A converted OPUS-MT checkpoint (interlayer convert Helsinki-NLP/opus-mt-en-de ... "
-            "--mechanism attention-bridge, decoders copied from its one decoder) would need a multilingual corpus, "
+            "20,000 steps of 128, lr 5e-4, in bf16 autocast on a GPU, from scratch. The seed document gives no "
+            "headline number to reproduce. A converted OPUS-MT checkpoint (interlayer convert "
+            "Helsinki-NLP/opus-mt-en-de ... --mechanism attention-bridge, decoders copied from its one decoder) would "
+            "need a multilingual corpus, "
             "which this recipe does not have."
         ),
     },

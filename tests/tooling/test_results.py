@@ -5,6 +5,8 @@ seed, a finished run is never repeated, and the report is generated from the CSV
 import csv
 import json
 import math
+import re
+from dataclasses import replace
 
 import pytest
 import torch
@@ -12,7 +14,7 @@ import torch
 from interlayer.cli import main
 from interlayer.results import COLUMNS, recipes, run_recipes
 from interlayer.results.budget import lora_layout, train_top_tensors
-from interlayer.results.report import compare, interval
+from interlayer.results.core import TUNING_SEED
 from interlayer.training import shared_data
 
 pytest.importorskip("peft", reason="the LoRA baselines need peft (the test extra)")
@@ -48,7 +50,11 @@ def test_every_recipe_writes_csv_rows_with_the_documented_columns(quick):
             rows = list(csv.DictReader(f))
         assert tuple(rows[0]) == COLUMNS
         assert {r["method"] for r in rows} == set(recipe.methods), name
-        assert {int(r["seed"]) for r in rows} == set(recipe.seeds["quick"]), name
+        reported = {int(r["seed"]) for r in rows} - {TUNING_SEED}
+        assert reported == set(recipe.seeds["quick"]), name
+        tuned = {(r["method"], float(r["lr_scale"])) for r in rows if int(r["seed"]) == TUNING_SEED}
+        assert tuned == {(m, x) for m in recipe.methods for x in recipe.lr_grid}, name
+        assert all(int(r["recipe_version"]) == recipe.version for r in rows), name
         assert all(math.isfinite(float(r["value"])) for r in rows), name
         assert all(r["command"].startswith("interlayer results --quick") and r["revision"] for r in rows)
 
@@ -91,26 +97,72 @@ def test_a_run_is_reproducible_given_its_seed(quick, tmp_path, method):
     recipe = recipes()["latent-gsm8k"]
     again = run_recipes([recipe], "quick", tmp_path, methods=[method], seeds=[1], work=out / "work", progress=False)
     first = next(r for r in records if r["recipe"] == "latent-gsm8k" and r["method"] == method and r["seed"] == 1)
-    assert again[0]["metrics"] == first["metrics"]
+    assert next(r for r in again if r["seed"] == 1)["metrics"] == first["metrics"]
 
 
 def test_a_finished_run_is_not_repeated_and_a_missing_one_is(quick, tmp_path):
     out, _, _ = quick
     calls = []
 
-    def run(method, seed, scale, workdir):
-        calls.append((method, seed))
-        return recipes()["hc-gsm8k"].run(method, seed, scale, workdir)
-
-    from dataclasses import replace
+    def run(method, seed, scale, workdir, lr_scale):
+        calls.append((method, seed, lr_scale))
+        return recipes()["hc-gsm8k"].run(method, seed, scale, workdir, lr_scale)
 
     recipe = replace(recipes()["hc-gsm8k"], run=run)
-    run_recipes([recipe], "quick", tmp_path, methods=["seed", "lora"], seeds=[0], work=out / "work", progress=False)
-    run_recipes([recipe], "quick", tmp_path, methods=["seed", "lora"], seeds=[0], work=out / "work", progress=False)
-    assert calls == [("seed", 0), ("lora", 0)]
-    (tmp_path / "runs" / "hc-gsm8k" / "lora" / "seed0.json").unlink()
-    run_recipes([recipe], "quick", tmp_path, methods=["seed", "lora"], seeds=[0], work=out / "work", progress=False)
-    assert calls[2:] == [("lora", 0)]
+    args = dict(methods=["seed", "lora"], seeds=[0], work=out / "work", progress=False)
+    records = run_recipes([recipe], "quick", tmp_path, **args)
+    grid = recipe.lr_grid
+    assert calls[:6] == [(m, TUNING_SEED, x) for m in ("seed", "lora") for x in grid]
+    chosen = {r["method"]: r["lr_scale"] for r in records if r["seed"] == 0}
+    assert calls[6:] == [("seed", 0, chosen["seed"]), ("lora", 0, chosen["lora"])]
+    run_recipes([recipe], "quick", tmp_path, **args)
+    assert len(calls) == 8
+    (tmp_path / "runs" / "hc-gsm8k" / "lora" / f"seed0-x{chosen['lora']:g}.json").unlink()
+    run_recipes([recipe], "quick", tmp_path, **args)
+    assert calls[8:] == [("lora", 0, chosen["lora"])]
+
+
+def test_each_method_runs_at_the_rate_its_validation_split_chose(quick):
+    """The reported seeds run at the multiplier with the best validation metric among the tuning runs (which never
+    touch the test set), and the report's sweep table marks it."""
+    from interlayer.results.core import choose_lr_scale
+
+    _, records, report = quick
+    for name, recipe in recipes().items():
+        if not recipe.lr_grid:
+            continue
+        for method in recipe.methods:
+            owner = recipe.shares.get(method, name)  # a shared method's runs are recorded under its owner
+            trials = {
+                r["lr_scale"]: r["metrics"]
+                for r in records
+                if r["recipe"] == owner and r["method"] == method and r["seed"] == TUNING_SEED
+            }
+            assert set(trials) == set(recipe.lr_grid) and not any("eval_loss" in m for m in trials.values())
+            sign = 1 if recipe.higher_is_better else -1  # the best validation metric; ties: the lower validation loss
+            best = max(
+                trials,
+                key=lambda x: (sign * trials[x][f"validation_{recipe.primary}"], -trials[x]["validation_eval_loss"]),
+            )
+            assert choose_lr_scale(recipe, trials) == best
+            finals = [r for r in records if r["recipe"] == owner and r["method"] == method and r["seed"] != TUNING_SEED]
+            assert finals and {r["lr_scale"] for r in finals} == {best}, (name, method)
+            assert all(recipe.primary in r["metrics"] for r in finals)
+    assert "Learning-rate sweep (seed 1000" in report.read_text()
+
+
+def test_a_diverged_tuning_run_is_recorded_and_never_chosen(tmp_path):
+    recipe = recipes()["attention-bridge-numbers"]
+
+    def run(method, seed, scale, workdir, lr_scale):
+        if lr_scale == max(recipe.lr_grid):
+            raise FloatingPointError("the training loss became nan at step 3")
+        return recipe.run(method, seed, scale, workdir, lr_scale)
+
+    records = run_recipes([replace(recipe, run=run)], "quick", tmp_path, methods=["none"], seeds=[0], progress=False)
+    diverged = [r for r in records if r["metrics"] == {"diverged": 1.0}]
+    assert len(diverged) == 1 and "nan at step 3" in diverged[0]["details"]["diverged"]
+    assert next(r for r in records if r["seed"] == 0)["lr_scale"] != max(recipe.lr_grid)
 
 
 def test_the_report_is_generated_from_the_csvs_with_a_plot_per_recipe(quick):
@@ -140,6 +192,51 @@ def test_the_top_tensors_train_exactly_the_budget_and_nothing_else_moves():
     assert moved == 100
 
 
+def test_the_partly_trained_tensor_follows_the_model_to_another_dtype():
+    """The gradient hook of the partly trained tensor is built from the gradient itself: a model moved after the
+    budget is set (to bf16 here, as to a GPU at the seed scale) still trains exactly the budget."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)  # fmt: skip
+    model = LlamaForCausalLM(config)
+    total, names = train_top_tensors(model, 100)
+    model.to(torch.bfloat16)
+    ids = torch.randint(0, 64, (2, 8))
+    model(input_ids=ids, labels=ids).loss.backward()
+    partial = dict(model.named_parameters())[names[-1]]
+    assert partial.grad.dtype == torch.bfloat16
+    part = total - sum(dict(model.named_parameters())[n].numel() for n in names[:-1])
+    assert int((partial.grad.flatten()[part:] != 0).sum()) == 0 and int((partial.grad.flatten()[:part] != 0).sum()) > 0
+
+
+def test_a_baseline_short_of_its_budget_warns_and_the_csv_and_report_say_so(quick):
+    """At --quick the bridges' budget (119,238) is more than the tiny BERT's non-embedding tensors hold: the top
+    tensors fall short, and the record, the CSV and the report's table say by how much."""
+    out, records, report = quick
+    run = next(r for r in records if r["recipe"] == "bridges-classification" and r["method"] == "last-layers")
+    budget, used = run["details"]["budget"], run["details"]["budget_used"]
+    assert used < 0.95 * budget
+    with open(out / "bridges-classification.csv", newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["method"] == "last-layers"]
+    assert {(int(r["budget"]), int(r["budget_used"])) for r in rows} == {(budget, used)}
+    section = report.read_text().split("## bridges-classification ")[1]
+    assert "| last-layers | " in section and f"{used / budget:.1%} (short)" in section
+    assert f"trains {used:,} of a budget of {budget:,}" in section
+    from transformers import AutoModelForSequenceClassification
+
+    from interlayer.results.classification import BERT_LORA_SETS, METHODS
+    from interlayer.results.methods import build
+
+    checkpoint = str(out / "work" / "checkpoints" / "tiny-bert")
+    task = {"task": "sequence-classification", "num_labels": 5}
+    frozen = replace(METHODS["frozen"], convert_kwargs=task)
+    with pytest.warns(UserWarning, match=f"trains {used:,} of a budget of {budget:,}"):
+        build(METHODS["last-layers"], checkpoint, frozen, 0, AutoModelForSequenceClassification, BERT_LORA_SETS,
+              num_labels=5)  # fmt: skip
+
+
 def test_lora_layout_is_the_closest_adapter_and_refuses_a_model_without_the_modules():
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -155,15 +252,6 @@ def test_lora_layout_is_the_closest_adapter_and_refuses_a_model_without_the_modu
         lora_layout(model, 0, [("q_proj", "v_proj")])
 
 
-def test_intervals_and_verdicts():
-    mean, half = interval([1.0, 2.0, 3.0])
-    assert mean == 2.0 and half == pytest.approx(4.303 * 1.0 / math.sqrt(3))
-    assert math.isnan(interval([1.0])[1])
-    assert compare((0.9, 0.01), (0.8, 0.01), higher_is_better=True) == "better"
-    assert compare((0.9, 0.01), (0.8, 0.01), higher_is_better=False) == "worse"
-    assert compare((0.9, 0.1), (0.8, 0.1), higher_is_better=True) == "not separated"
-
-
 def test_bad_command_lines_name_the_option(capsys):
     assert main(["results", "--quick", "--recipes", "hc-gsm8", "--plan"]) == 2
     assert "no recipe 'hc-gsm8'" in capsys.readouterr().err
@@ -171,6 +259,31 @@ def test_bad_command_lines_name_the_option(capsys):
     assert "`--scale` must be one of ['quick', 'cpu', 'seed'], got 'gpu'" in capsys.readouterr().err
     assert main(["results", "--scale", "seed", "--plan"]) == 0
     assert "Qwen3-0.6B" in capsys.readouterr().out
+
+
+def test_the_plan_counts_the_runs_and_estimates_their_cost(capsys):
+    assert main(["results", "--plan"]) == 0
+    out = capsys.readouterr().out
+    # hc-gsm8k at the cpu scale: 4 methods x 3 learning-rate multipliers, then 4 methods x 3 seeds
+    assert "methods seed, lora, last-layers, full; seeds [0, 1, 2]; learning rates x1, x10, x100 (seed 1000)" in out
+    assert "runs: 12 tuning + 12 reported = 24; estimated" in out
+    # latent-gsm8k shares hc-gsm8k's full fine-tuning: counted once
+    assert "runs: 9 tuning + 9 reported = 18; estimated" in out
+    total = re.search(r"all: (\d+) runs; estimated ([\d.]+) h on 2 CPU cores", out)
+    assert total and 2.0 < float(total.group(2)) < 5.0
+    assert main(["results", "--plan", "--scale", "seed"]) == 0
+    seed = capsys.readouterr().out
+    assert seed.count("on one GPU, peak GPU memory") == len(recipes())
+    assert seed.count("disk 1.2 GB per run (its model, saved while lm-eval scores it)") == 2  # hc and latent
+
+
+def test_the_cpu_scale_refuses_a_checkout_with_uncommitted_changes(capsys, monkeypatch, tmp_path):
+    import interlayer.results.core as core
+
+    monkeypatch.setattr(core, "revision", lambda: "abc1234+changes")
+    assert main(["results", "--recipes", "hc-gsm8k", "--out", str(tmp_path)]) == 2
+    assert "uncommitted changes: commit them first, or pass --allow-dirty" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
 
 
 def test_docs_results_is_the_report_of_the_committed_results(tmp_path):

@@ -10,10 +10,10 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from interlayer import GPT2SentinelLMHeadModel, LlamaSentinelForCausalLM
 from interlayer.results import COLUMNS, recipes, run_recipes
-from interlayer.results.sentinel_sweep import METHODS, parse_method
+from interlayer.results.sentinel_sweep import METHODS, SETTINGS, parse_method
 from interlayer.sentinel import head_fluctuation, head_scores
 
-METHODS_RUN = ["none@0", "magnitude@20", "flap@40", "random@60", "controller"]
+METHODS_RUN = ["none@0", "magnitude@20", "flap@40", "wanda-sp@40", "random@60", "controller", "wanda-sp@40+ft"]
 
 
 def sweep(out, names=("sentinel-smollm2", "sentinel-gpt2"), methods=METHODS_RUN, seeds=(0,)):
@@ -39,10 +39,13 @@ def test_the_sweep_is_registered_with_every_strategy_share_and_the_controller():
         "importance",
         "random",
         "flap",
+        "flap-heads",
+        "wanda-sp",
         "controller",
     }
     with pytest.raises(ValueError, match="no method 'flap@50'"):
         parse_method("flap@50")
+    assert parse_method("wanda-sp@40+ft") == ("wanda-sp", 0.4)
 
 
 def test_quick_sweep_writes_a_row_per_method_seed_and_metric(records):
@@ -71,6 +74,19 @@ def test_heads_pruned_is_the_requested_share_to_within_half_a_head(records):
         else:
             assert pruned * total == round(share * total)
             assert abs(pruned - share) <= 0.5 / total
+
+
+def test_the_recovery_fine_tune_trains_the_pruned_model_and_nothing_else_changes(records):
+    _, runs = records
+    setting = SETTINGS["quick"]
+    for name in ("sentinel-smollm2", "sentinel-gpt2"):
+        mine = {r["method"]: r for r in runs if r["recipe"] == name}
+        tuned, one_shot = mine["wanda-sp@40+ft"], mine["wanda-sp@40"]
+        assert tuned["details"]["pruned_heads_per_layer"] == one_shot["details"]["pruned_heads_per_layer"]
+        assert tuned["details"]["heldout_fingerprint"] == one_shot["details"]["heldout_fingerprint"]
+        assert tuned["train_tokens"] == setting.recovery_steps * setting.recovery_batch * setting.block
+        assert tuned["trainable_params"] > 0 and one_shot["trainable_params"] == 0
+        assert tuned["metrics"]["perplexity"] != one_shot["metrics"]["perplexity"]
 
 
 def test_every_method_of_a_seed_sees_the_same_data_and_a_rerun_gives_the_same_numbers(records, tmp_path):
@@ -162,10 +178,11 @@ def test_flap_prunes_the_head_the_output_projection_does_not_read(tmp_path):
         attn.c_proj.weight[attn.head_dim : 2 * attn.head_dim] = 0.0  # head 1's input rows of c_proj (Conv1D: in, out)
     raw = head_fluctuation(model, padded_batches())
     assert raw[2][1] == 0 and int(raw[2].argmin()) == 1
-    scores = head_scores(model, "flap", padded_batches())
-    for layer, layer_scores in zip(raw, scores):  # standardised within each layer (FLAP's adaptive structure)
+    scores = head_scores(model, "flap-heads", padded_batches())
+    for layer, layer_scores in zip(raw, scores):  # the per-head sums standardised over each layer's heads
         torch.testing.assert_close(layer_scores, (layer - layer.mean()) / layer.std())
     assert int(scores[2].argmin()) == 1
+    assert int(head_scores(model, "flap", padded_batches())[2].argmin()) == 1
 
 
 def test_prune_cli_takes_flap_and_asks_for_text(tmp_path):
@@ -174,3 +191,9 @@ def test_prune_cli_takes_flap_and_asks_for_text(tmp_path):
     build_stock_gpt2(str(tmp_path / "stock"))
     args = ["prune", str(tmp_path / "stock"), str(tmp_path / "x"), "--strategy", "flap", "--fraction", "0.5"]
     assert main(args) == 2
+
+
+def test_the_report_says_where_the_controller_departs_from_the_seeds_values():
+    for name in ("sentinel-smollm2", "sentinel-gpt2"):
+        for note in recipes()[name].scale_notes.values():
+            assert "not the seed's warm-up 500, an update every 100 steps and lr 0.01" in note
