@@ -32,7 +32,7 @@ $(STAMP): setup.cfg pyproject.toml Makefile constraints.txt
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/interlayer demo
+	$(BIN)/interlayer demo --overwrite
 
 # the suite runs in TEST_WORKERS processes (pytest-xdist; each module or conformance class stays in one process)
 TEST_WORKERS ?= 2

@@ -31,7 +31,7 @@ from transformers import (
 )
 
 from interlayer.callbacks import EarlyStopBelowCallback
-from interlayer.command_options import parse_options, repeatable_field
+from interlayer.command_options import OutputArguments, check_output_dir, parse_options, repeatable_field
 from interlayer.models.zoo_common import ConfigError
 from interlayer.training import classification_trainer
 from interlayer.zoo import convert, is_trainer_output, save_atomically
@@ -106,7 +106,7 @@ def bridge_options(args: ModelArguments) -> dict:
 
 
 def build_parser() -> HfArgumentParser:
-    parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
+    parser = HfArgumentParser((ModelArguments, DataArguments, OutputArguments, TrainingArguments))
     defaults = dict(
         learning_rate=1.5e-5,
         weight_decay=0.01,
@@ -129,7 +129,8 @@ def build_parser() -> HfArgumentParser:
 
 def main(argv: list[str] | None = None):
     parser = build_parser()
-    model_args, data_args, training_args = parser.parse_args_into_dataclasses(argv)
+    model_args, data_args, output_args, training_args = parser.parse_args_into_dataclasses(argv)
+    check_output_dir(parser, training_args.output_dir, output_args)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     set_seed(training_args.seed)
     try:  # a malformed, repeated or misplaced option is an argument error (exit 2), before any work

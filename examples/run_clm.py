@@ -44,7 +44,7 @@ from transformers import (
 )
 
 from interlayer.callbacks import MechanismStatsCallback
-from interlayer.command_options import add_option, parse_options, repeatable_field
+from interlayer.command_options import OutputArguments, add_option, check_output_dir, parse_options, repeatable_field
 from interlayer.models.zoo_common import ConfigError
 from interlayer.zoo import convert, is_trainer_output, save_atomically
 
@@ -167,7 +167,7 @@ def final_evaluation(trainer) -> dict:
 
 
 def build_parser() -> HfArgumentParser:
-    parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
+    parser = HfArgumentParser((ModelArguments, DataArguments, OutputArguments, TrainingArguments))
     parser.set_defaults(
         learning_rate=2e-5,
         lr_scheduler_type="cosine",
@@ -197,7 +197,8 @@ def load_model(args: ModelArguments, options: dict):
 
 def main(argv: list[str] | None = None):
     parser = build_parser()
-    model_args, data_args, training_args = parser.parse_args_into_dataclasses(argv)
+    model_args, data_args, output_args, training_args = parser.parse_args_into_dataclasses(argv)
+    check_output_dir(parser, training_args.output_dir, output_args)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     set_seed(training_args.seed)
 

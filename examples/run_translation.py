@@ -42,7 +42,7 @@ from transformers import (
     set_seed,
 )
 
-from interlayer.command_options import flattened, parse_options, repeatable_field
+from interlayer.command_options import OutputArguments, check_output_dir, flattened, parse_options, repeatable_field
 from interlayer.models.zoo_common import ConfigError
 from interlayer.training import split_by_language, target_language_trainer, translation_metrics
 from interlayer.zoo import convert, is_trainer_output, save_atomically
@@ -151,7 +151,7 @@ def load_model(args: ModelArguments, languages: list[str], options: dict):
 
 
 def build_parser() -> HfArgumentParser:
-    parser = HfArgumentParser((ModelArguments, DataArguments, Seq2SeqTrainingArguments))
+    parser = HfArgumentParser((ModelArguments, DataArguments, OutputArguments, Seq2SeqTrainingArguments))
     parser.set_defaults(
         learning_rate=5e-4,
         lr_scheduler_type="linear",
@@ -173,7 +173,8 @@ def parse_arguments(parser: HfArgumentParser, argv: list[str] | None = None) -> 
     """`(model_args, data_args, training_args, options)` from the command line (`build_parser()`): every
     `--target_langs` (repeatable) as one list and the bridge options of every `--set` (`parse_options`). A malformed
     or repeated option is an argument error (exit 2), before any work."""
-    model_args, data_args, training_args = parser.parse_args_into_dataclasses(argv)
+    model_args, data_args, output_args, training_args = parser.parse_args_into_dataclasses(argv)
+    check_output_dir(parser, training_args.output_dir, output_args)
     data_args.target_langs = flattened(data_args.target_langs)
     try:
         options = parse_options(model_args.set)

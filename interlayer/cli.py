@@ -237,6 +237,7 @@ def cmd_demo(args) -> int:
         eval_size=args.eval_size,
         epochs=args.epochs,
         batch_size=args.batch_size,
+        overwrite=args.overwrite,
     )
     return 0
 
@@ -372,8 +373,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--output",
         default="outputs/demo-bridge",
-        help="folder for the Trainer run and the saved model (default: %(default)s)",
+        help="folder for the Trainer run and the saved model (default: %(default)s); refused if it exists and is not "
+        "empty, unless --overwrite",
     )
+    demo.add_argument("--overwrite", action="store_true", help="replace --output if it exists and is not empty")
     demo.add_argument(
         "--preset",
         default=DEFAULTS["preset"],

@@ -1,6 +1,7 @@
 """What every command that converts a model shares on its command line (`interlayer convert`, `examples/run_clm.py`,
 `run_translation.py`, `run_classification.py`): options given as `--set key=value`, each of which reaches the model or
-is refused, never dropped."""
+is refused, never dropped; an output folder that exists and is not empty refused before any work, unless the command
+is told to replace it (`OutputArguments`)."""
 
 from __future__ import annotations
 
@@ -56,3 +57,24 @@ def flattened(items) -> list:
     for item in items or []:
         flat.extend(flattened(item) if isinstance(item, (list, tuple)) else [item])
     return flat
+
+
+@dataclasses.dataclass
+class OutputArguments:
+    """The example scripts' output folder rule, as `interlayer convert`, `prune` and `demo` have it (`--overwrite`):
+    `--output_dir` that exists and is not empty is refused before any work (`check_output_dir`) unless
+    `--overwrite_output_dir` is given (the flag transformers' own example scripts had)."""
+
+    overwrite_output_dir: bool = dataclasses.field(
+        default=False, metadata={"help": "replace --output_dir if it exists and is not empty (refused otherwise)"}
+    )
+
+
+def check_output_dir(parser, output_dir: str, output_args: OutputArguments) -> None:
+    """Refuse `output_dir` as `OutputArguments` says, as an argument error of `parser` (exit status 2)."""
+    from .zoo import prepare_output_dir
+
+    try:
+        prepare_output_dir(output_dir, output_args.overwrite_output_dir, "--overwrite_output_dir")
+    except FileExistsError as err:
+        parser.error(str(err))

@@ -21,12 +21,14 @@ def run_demo(
     seed: int = DEFAULTS["seed"],
     encoder_lr: float = 5e-5,
     head_lr: float = 1e-3,
+    overwrite: bool = False,
 ) -> dict:
     from transformers import AutoTokenizer, TrainingArguments, set_seed
 
     from .training import classification_trainer, load_bbc_news, minilm_path
-    from .zoo import convert, save_atomically
+    from .zoo import convert, prepare_output_dir, save_atomically
 
+    prepare_output_dir(output_dir, overwrite)  # refused before any work unless `overwrite`, as `convert` does
     set_seed(seed)
     source = minilm_path()
     print(f"[1/4] converting real MiniLM-L6 weights from {source} (preset {preset!r})")

@@ -343,12 +343,13 @@ def check_local_source(source) -> None:
         )
 
 
-def prepare_output_dir(output_dir: str, overwrite: bool) -> None:
-    """Recover an interrupted save into `output_dir`, then refuse it if it is not empty unless `overwrite`: call
-    before any work that the refusal would waste."""
+def prepare_output_dir(output_dir: str, overwrite: bool, flag: str = "--overwrite") -> None:
+    """Recover an interrupted save into `output_dir`, then refuse it if it is not empty unless `overwrite` (the one
+    rule of every command that writes a model: `interlayer convert`, `prune`, `demo` and the example scripts, whose
+    flag is `flag`): call before any work that the refusal would waste."""
     recover_interrupted_save(output_dir)
     if os.path.isdir(output_dir) and os.listdir(output_dir) and not overwrite:
-        raise FileExistsError(f"{output_dir} exists and is not empty; pass overwrite=True (--overwrite) to replace it.")
+        raise FileExistsError(f"{output_dir} exists and is not empty; pass {flag} to replace it.")
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise FileExistsError(f"{output_dir} exists and is not a folder.")
 

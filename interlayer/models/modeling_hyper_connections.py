@@ -405,10 +405,15 @@ class HCPreTrainedMixin(FreezeBaseMixin):
         """0 (bit for bit) for the gated residual read one-hot at K a power of two, whose gains and gates are powers
         of two; else the float rounding of computed coefficients (read-in weights summing to 1, Sinkhorn rows,
         DeepSeek's and Hy4's eps) and of the streams mixed in another order than the stock residual sums
-        (docs/hyper_connections.md)."""
+        (docs/hyper_connections.md): 1e-4, and for DeepSeek-V4's and Hy4's formulas, whose `hc_eps` moves each of the
+        2 L sublayers' outputs by about K `hc_eps` (relative), 2 L K `hc_eps` where that is more (2.4e-4 for a
+        30-layer model at K = 4)."""
         c, k = self.config, self.config.hc_streams
         exact = c.hc_mode == "gated" and c.read_out == "gated" and c.read_in_focus == 1.0 and k & (k - 1) == 0
-        return 0.0 if exact else 1e-4
+        if exact:
+            return 0.0
+        with_eps = c.hc_mode == "independent" or (c.hc_mode == "mhc" and c.mhc_variant == "deepseek_v4")
+        return max(1e-4, 2 * c.num_hidden_layers * k * c.hc_eps) if with_eps else 1e-4
 
     @torch.no_grad()
     def _init_weights(self, module):

@@ -39,6 +39,21 @@ def test_converted_smollm2_generates_exactly_the_stock_tokens(smollm2):
         assert torch.equal(model.generate(**prompt, **kwargs), expected), mode
 
 
+@pytest.mark.parametrize("form", [dict(mhc_variant="deepseek_v4"), dict(hc_mode="independent")])
+def test_an_eps_form_agrees_with_stock_as_its_card_says(smollm2, form):
+    """DeepSeek-V4's and Hy4's formulas start within their `hc_eps` of the identity, which adds up over SmolLM2's 30
+    layers (1.1e-4 of the logits' magnitude for DeepSeek-V4): the tolerance the card and `interlayer inspect` state
+    (`stock_function_words`) holds on real weights and text."""
+    from interlayer.models.zoo_common import agrees_with_stock
+
+    folder, tokenizer, stock = smollm2
+    prompt = tokenizer(["The capital of France is Paris, and the capital of Italy is"], return_tensors="pt")
+    model = LlamaMHCForCausalLM.from_pretrained(folder, **form).eval()
+    with torch.no_grad():
+        agrees, diff = agrees_with_stock(model, model(**prompt).logits, stock(**prompt).logits)
+    assert agrees, f"{form}: max |diff| {diff:.3g}, tolerance {model.stock_function_tolerance:.1e}"
+
+
 def test_smollm2_trainable_parameters_are_the_hyper_connections(smollm2):
     model = LlamaMHCForCausalLM.from_pretrained(smollm2[0])
     report = model.parameter_report()

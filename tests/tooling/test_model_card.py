@@ -349,12 +349,13 @@ def _missing():
 def test_readme_words_the_stock_function_verdict_as_the_card_does():
     """One verdict, worded once (`stock_function_words`): the README states hyper-connections' tolerance as the card
     and `interlayer inspect` do."""
-    from interlayer import LlamaMHCForCausalLM
+    from interlayer import LlamaLatentConfig, LlamaMHCConfig, LlamaMHCForCausalLM
     from interlayer.models.zoo_common import stock_function_words
 
+    tiny = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, vocab_size=64)
     readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md"), encoding="utf-8").read()
-    assert stock_function_words(LlamaMHCForCausalLM) in " ".join(readme.split())
-    assert stock_function_words(LlamaLatentForCausalLM) == "exactly"
+    assert stock_function_words(LlamaMHCForCausalLM(LlamaMHCConfig(**tiny))) in " ".join(readme.split())
+    assert stock_function_words(LlamaLatentForCausalLM(LlamaLatentConfig(**tiny))) == "exactly"
 
 
 def test_inspect_and_the_card_give_one_verdict(tmp_path):

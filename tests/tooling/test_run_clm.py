@@ -153,7 +153,7 @@ def test_run_clm_interrupted_final_save_keeps_the_previous_model(tmp_path, monke
     args = ["run_clm.py", "--model_name_or_path", str(stock), "--mechanism", "latent", "--train_file"]
     args += [str(tmp_path / "qa.jsonl"), "--prompt_column", "question", "--response_column", "answer"]
     args += ["--block_size", "32", "--max_steps", "1", "--output_dir", str(out)]
-    args += ["--disable_tqdm", "true", "--validation_split_percentage", "20"]
+    args += ["--disable_tqdm", "true", "--validation_split_percentage", "20", "--overwrite_output_dir", "true"]
     monkeypatch.setattr(sys, "argv", args)
     stock_save = transformers.PreTrainedModel.save_pretrained
 

@@ -83,7 +83,7 @@ def test_run_clm_takes_every_set_and_refuses_what_cannot_reach_the_model(llama, 
     base = ["--model_name_or_path", str(llama / "stock"), "--mechanism", "hyper-connections"]
     base += ["--train_file", str(llama / "qa.jsonl"), "--output_dir", str(tmp_path / "out")]
     for sets in (["--set", "hc_mode=static", "--set", "hc_streams=2"], ["--set", "hc_mode=static", "hc_streams=2"]):
-        model_args, _, _ = run.build_parser().parse_args_into_dataclasses([*base, *sets, "--freeze_base", "false"])
+        model_args, *_ = run.build_parser().parse_args_into_dataclasses([*base, *sets, "--freeze_base", "false"])
         model = run.load_model(model_args, run.mechanism_options(model_args))
         assert (model.config.hc_mode, model.config.hc_streams, model.config.freeze_base) == ("static", 2, False)
     refusals = {
@@ -145,7 +145,7 @@ def test_run_classification_takes_every_bridge_option_and_refuses_what_cannot_re
     encoder_builder("bert")(str(tmp_path / "stock"))
     base = ["--model_name_or_path", str(tmp_path / "stock"), "--output_dir", str(tmp_path / "out")]
     argv = [*base, "--bridge", "route_topk=2", "--bridge", "route_pool=cls"]
-    model_args, _, _ = run.build_parser().parse_args_into_dataclasses(argv)
+    model_args, *_ = run.build_parser().parse_args_into_dataclasses(argv)
     options = run.bridge_options(model_args)
     assert options == {"route_topk": 2, "route_pool": "cls"}
     model, _ = convert(str(tmp_path / "stock"), "bridge", task="sequence-classification", **options)
