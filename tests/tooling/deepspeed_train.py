@@ -40,12 +40,15 @@ import interlayer  # noqa: E402
 
 def cases() -> dict[str, tuple]:
     """The multi-process cases (`multiprocess_train.cases()`) of the distributed example of every mechanism's record
-    (`conformance_cases.examples(distributed=True)`), and static HC (`LlamaStaticHC`): its coefficients are a function
+    (`conformance_cases.examples(distributed=True)`), and the first static HC example: its coefficients are a function
     of its parameters alone, which evaluation after ZeRO's in-place weight writes must not take stale."""
     every = multiprocess_cases()
-    return {name: every[name] for name in examples(distributed=True)} | {
-        "LlamaStaticHC": registry_case(examples()["LlamaStaticHC"])
-    }
+    static = next(
+        tiny
+        for tiny in examples().values()
+        if tiny.record.name == "hyper-connections" and tiny.example.options.get("hc_mode") == "static"
+    )
+    return {name: every[name] for name in examples(distributed=True)} | {static.name: registry_case(static)}
 
 
 CASES = cases()
