@@ -44,7 +44,14 @@ from transformers import (
 )
 
 from interlayer.callbacks import MechanismStatsCallback
-from interlayer.command_options import OutputArguments, add_option, check_output_dir, parse_options, repeatable_field
+from interlayer.command_options import (
+    OutputArguments,
+    add_option,
+    check_output_dir,
+    parse_options,
+    quiet_deepspeed_cpu_notice,
+    repeatable_field,
+)
 from interlayer.models.zoo_common import ConfigError
 from interlayer.zoo import convert, is_trainer_output, save_atomically
 
@@ -199,6 +206,8 @@ def main(argv: list[str] | None = None):
     parser = build_parser()
     model_args, data_args, output_args, training_args = parser.parse_args_into_dataclasses(argv)
     check_output_dir(parser, training_args.output_dir, output_args)
+    if not training_args.deepspeed:
+        quiet_deepspeed_cpu_notice()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     set_seed(training_args.seed)
 

@@ -42,7 +42,14 @@ from transformers import (
     set_seed,
 )
 
-from interlayer.command_options import OutputArguments, check_output_dir, flattened, parse_options, repeatable_field
+from interlayer.command_options import (
+    OutputArguments,
+    check_output_dir,
+    flattened,
+    parse_options,
+    quiet_deepspeed_cpu_notice,
+    repeatable_field,
+)
 from interlayer.models.zoo_common import ConfigError
 from interlayer.training import split_by_language, target_language_trainer, translation_metrics
 from interlayer.zoo import convert, is_trainer_output, save_atomically
@@ -175,6 +182,8 @@ def parse_arguments(parser: HfArgumentParser, argv: list[str] | None = None) -> 
     or repeated option is an argument error (exit 2), before any work."""
     model_args, data_args, output_args, training_args = parser.parse_args_into_dataclasses(argv)
     check_output_dir(parser, training_args.output_dir, output_args)
+    if not training_args.deepspeed:
+        quiet_deepspeed_cpu_notice()
     data_args.target_langs = flattened(data_args.target_langs)
     try:
         options = parse_options(model_args.set)

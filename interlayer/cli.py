@@ -4,13 +4,12 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 
 from huggingface_hub.errors import StrictDataclassError
 
-from .command_options import add_option, parse_options
+from .command_options import add_option, parse_options, quiet_deepspeed_cpu_notice
 
 
 def cmd_convert(args) -> int:
@@ -466,14 +465,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _not_deepspeed_cpu_fallback(record: logging.LogRecord) -> bool:
-    """False for DeepSpeed's notice that it found no accelerator and uses the CPU, which its import (by
-    `save_pretrained`, through accelerate, wherever DeepSpeed is installed) logs; no command here runs DeepSpeed."""
-    return not record.getMessage().startswith("Setting accelerator to CPU.")
-
-
 def main(argv: list[str] | None = None) -> int:
-    logging.getLogger("DeepSpeed").addFilter(_not_deepspeed_cpu_fallback)  # the logger DeepSpeed's import configures
+    quiet_deepspeed_cpu_notice()
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)[1:]
     try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 
 
 def parse_option(text: str, flag: str = "--set") -> tuple[str, object]:
@@ -78,3 +79,16 @@ def check_output_dir(parser, output_dir: str, output_args: OutputArguments) -> N
         prepare_output_dir(output_dir, output_args.overwrite_output_dir, "--overwrite_output_dir")
     except FileExistsError as err:
         parser.error(str(err))
+
+
+def _not_deepspeed_cpu_fallback(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("Setting accelerator to CPU.")
+
+
+def quiet_deepspeed_cpu_notice() -> None:
+    """Drop DeepSpeed's notice that it found no accelerator and uses the CPU, which its import (by `save_pretrained`,
+    through accelerate, wherever DeepSpeed is installed) logs: a command that does not run DeepSpeed (the `interlayer`
+    commands, the example scripts without `--deepspeed`) should not print it."""
+    deepspeed = logging.getLogger("DeepSpeed")  # the logger DeepSpeed's import configures
+    if _not_deepspeed_cpu_fallback not in deepspeed.filters:
+        deepspeed.addFilter(_not_deepspeed_cpu_fallback)
