@@ -33,9 +33,8 @@ from transformers import (
 from interlayer.callbacks import EarlyStopBelowCallback
 from interlayer.command_options import (
     OutputArguments,
-    check_output_dir,
     parse_options,
-    quiet_deepspeed_cpu_notice,
+    parse_script_arguments,
     repeatable_field,
 )
 from interlayer.models.zoo_common import ConfigError
@@ -135,10 +134,7 @@ def build_parser() -> HfArgumentParser:
 
 def main(argv: list[str] | None = None):
     parser = build_parser()
-    model_args, data_args, output_args, training_args = parser.parse_args_into_dataclasses(argv)
-    check_output_dir(parser, training_args.output_dir, output_args)
-    if not training_args.deepspeed:
-        quiet_deepspeed_cpu_notice()
+    model_args, data_args, training_args = parse_script_arguments(parser, argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     set_seed(training_args.seed)
     try:  # a malformed, repeated or misplaced option is an argument error (exit 2), before any work

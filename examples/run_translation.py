@@ -44,10 +44,9 @@ from transformers import (
 
 from interlayer.command_options import (
     OutputArguments,
-    check_output_dir,
     flattened,
     parse_options,
-    quiet_deepspeed_cpu_notice,
+    parse_script_arguments,
     repeatable_field,
 )
 from interlayer.models.zoo_common import ConfigError
@@ -180,10 +179,7 @@ def parse_arguments(parser: HfArgumentParser, argv: list[str] | None = None) -> 
     """`(model_args, data_args, training_args, options)` from the command line (`build_parser()`): every
     `--target_langs` (repeatable) as one list and the bridge options of every `--set` (`parse_options`). A malformed
     or repeated option is an argument error (exit 2), before any work."""
-    model_args, data_args, output_args, training_args = parser.parse_args_into_dataclasses(argv)
-    check_output_dir(parser, training_args.output_dir, output_args)
-    if not training_args.deepspeed:
-        quiet_deepspeed_cpu_notice()
+    model_args, data_args, training_args = parse_script_arguments(parser, argv)
     data_args.target_langs = flattened(data_args.target_langs)
     try:
         options = parse_options(model_args.set)

@@ -63,7 +63,7 @@ def flattened(items) -> list:
 @dataclasses.dataclass
 class OutputArguments:
     """The example scripts' output folder rule, as `interlayer convert`, `prune` and `demo` have it (`--overwrite`):
-    `--output_dir` that exists and is not empty is refused before any work (`check_output_dir`) unless
+    `--output_dir` that exists and is not empty is refused before any work (`parse_script_arguments`) unless
     `--overwrite_output_dir` is given (the flag transformers' own example scripts had)."""
 
     overwrite_output_dir: bool = dataclasses.field(
@@ -71,14 +71,21 @@ class OutputArguments:
     )
 
 
-def check_output_dir(parser, output_dir: str, output_args: OutputArguments) -> None:
-    """Refuse `output_dir` as `OutputArguments` says, as an argument error of `parser` (exit status 2)."""
+def parse_script_arguments(parser, argv=None) -> tuple:
+    """An example script's `(model_args, data_args, training_args)` from its `HfArgumentParser` of `(ModelArguments,
+    DataArguments, OutputArguments, TrainingArguments)`, having done what every script does before any work: its
+    `--output_dir` refused as `OutputArguments` says (an argument error, exit status 2) and, unless it runs DeepSpeed,
+    DeepSpeed's CPU notice dropped (`quiet_deepspeed_cpu_notice`)."""
     from .zoo import prepare_output_dir
 
+    model_args, data_args, output_args, training_args = parser.parse_args_into_dataclasses(argv)
     try:
-        prepare_output_dir(output_dir, output_args.overwrite_output_dir, "--overwrite_output_dir")
+        prepare_output_dir(training_args.output_dir, output_args.overwrite_output_dir, "--overwrite_output_dir")
     except FileExistsError as err:
         parser.error(str(err))
+    if not training_args.deepspeed:
+        quiet_deepspeed_cpu_notice()
+    return model_args, data_args, training_args
 
 
 def _not_deepspeed_cpu_fallback(record: logging.LogRecord) -> bool:
