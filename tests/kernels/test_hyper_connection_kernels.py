@@ -8,6 +8,7 @@ the operators hyper_connections_triton.py registers with `torch.library` cannot 
 """
 
 import importlib.util
+import logging
 import os
 import subprocess
 import sys
@@ -46,7 +47,19 @@ def test_kernels_equal_the_eager_equation_under_the_interpreter():
     assert " passed" in result.stdout and " skipped" not in result.stdout, result.stdout[-2000:]
 
 
-def test_dispatch_takes_the_pytorch_implementation_where_the_kernels_cannot_run(tmp_path, monkeypatch):
+@pytest.fixture
+def zoo_warnings():
+    """The zoo's logger at WARNING for the test: an earlier test in the same process (an in-process `interlayer
+    bench`, which sets transformers' verbosity to errors) may have raised it. `setLevel` also clears the logging
+    module's cache of `isEnabledFor` answers."""
+    logger = logging.getLogger("transformers.interlayer")
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    yield
+    logger.setLevel(level)
+
+
+def test_dispatch_takes_the_pytorch_implementation_where_the_kernels_cannot_run(tmp_path, monkeypatch, zoo_warnings):
     """CPU streams and `hc_kernels=False` take the PyTorch implementation without a word; on a kernel device (the meta
     device stands in for CUDA here), a dtype the kernels do not take falls back with a warning, said once per
     process."""
@@ -72,7 +85,7 @@ def test_dispatch_takes_the_pytorch_implementation_where_the_kernels_cannot_run(
         (dict(hc_mode="mhc", mhc_variant="deepseek_v4", hc_eps=1e-4), "hc_eps=0.0001"),
     ],
 )
-def test_forms_without_kernels_take_the_pytorch_implementation(tmp_path, monkeypatch, options, reason):
+def test_forms_without_kernels_take_the_pytorch_implementation(tmp_path, monkeypatch, zoo_warnings, options, reason):
     """A form the kernels do not compute (Hy4's independent HC, DeepSeek-V4's formula at another `hc_eps`) runs the
     PyTorch implementation on a kernel device, and says why once (Qwen3.8's gated residual is a module of its own,
     which never asks for them)."""
