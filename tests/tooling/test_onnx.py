@@ -1,10 +1,11 @@
-"""ONNX export of one class per mechanism: `torch.onnx.export(..., dynamo=True)`, the `.onnx` file run in
-onnxruntime on CPU, its outputs compared with the eager model's (fp32, `TOLERANCE`) on inputs of other batch sizes
-and lengths than the export's example (the batch and the lengths are dynamic, and the graphs' inputs say so). Every
-mechanism is active (trained-like parameters, not the identity), and the identity conversions' graphs give the stock
-graph's logits. The decoders export without a cache (`Logits`) and with one (`CachedForward`: a prompt graph and a
-one-token step graph, chained); the attention bridge as transformers' seq2seq models are exported: the encoder (with
-the bridge) and the decoder. docs/serving.md ("Exporting to ONNX") has the table of results."""
+"""ONNX export of one class per mechanism: `torch.onnx.export(..., dynamo=True)`, the `.onnx` file run in onnxruntime on
+CPU, its outputs compared with the eager model's (fp32, `TOLERANCE`) on inputs of other batch sizes and lengths than
+the export's example (the batch and the lengths are dynamic, and the graphs' inputs say so). Every mechanism is
+active (trained-like parameters, not the identity): a graph that gives an active model's logits gives an identity
+conversion's too, which are the stock model's (the conformance suite's identity test). The decoders export without a
+cache (`Logits`) and with one (`CachedForward`: a prompt graph and a one-token step graph, chained); the attention
+bridge as transformers' seq2seq models are exported: the encoder (with the bridge) and the decoder. docs/serving.md
+("Exporting to ONNX") has the table of results."""
 
 import pytest
 import torch
@@ -13,7 +14,6 @@ from conformance_cases import TINY_BRIDGE
 from converted_models import active_bridge
 from stock_checkpoints import build_stock_gpt2, build_stock_llama, build_stock_marian, build_stock_qwen3
 from torch import nn
-from transformers import LlamaForCausalLM
 from transformers.modeling_outputs import BaseModelOutput
 
 from interlayer import (
@@ -182,29 +182,6 @@ def assert_cached_decoding_exports(model, path) -> None:
             args = (token, mask)
         for g, e in zip(got, expected):
             torch.testing.assert_close(g, e, **TOLERANCE)
-
-
-# -- the stock function at identity ------------------------------------------------------------------------------------
-
-
-def test_identity_conversions_export_the_stock_graph_function(tmp_path):
-    """A stock Llama converted with `identity_init` (the default) by the three decoder mechanisms: each one's graph
-    gives the logits of the stock model's graph."""
-    folder = str(tmp_path / "stock")
-    build_stock_llama(folder)
-    batches = lm_batches()
-    stock = export(
-        Logits(LlamaForCausalLM.from_pretrained(folder), use_cache=False),
-        batches[0],
-        tmp_path / "stock.onnx",
-        batch_and_length(batches[0]),
-    )
-    for mechanism in ("hyper-connections", "latent", "sentinel"):
-        model, _ = convert(folder, mechanism)
-        path = tmp_path / f"{mechanism}.onnx"
-        session = export(Logits(model, use_cache=False), batches[0], path, batch_and_length(batches[0]))
-        for batch in batches:
-            torch.testing.assert_close(run(session, batch), run(stock, batch), **TOLERANCE, msg=mechanism)
 
 
 # -- hyper-connections / mHC -------------------------------------------------------------------------------------------
