@@ -235,6 +235,19 @@ def test_latent_cached_decoding_export(tmp_path, latent_source):
     assert_cached_decoding_exports(active_latent(tmp_path, latent_source), tmp_path / "model")
 
 
+# -- depth routing -----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("form", ["dwa", "mudd", "attention_residual", "value_residual", "laurel"])
+def test_depth_routing_export(tmp_path, form):
+    """Each form on Llama, its parameters away from the identity, without a cache: the weighted or routed sums over
+    the earlier layers' outputs (or values) are ordinary operations in the graph."""
+    build_stock_llama(str(tmp_path / "stock"))
+    torch.manual_seed(0)
+    model, _ = convert(str(tmp_path / "stock"), "depth-routing", depth_form=form, identity_init=False)
+    assert_exports(perturbed(model, ("depth_",), 0.3), lm_batches(), tmp_path / "model.onnx", use_cache=False)
+
+
 # -- sentinel gates ----------------------------------------------------------------------------------------------------
 
 
