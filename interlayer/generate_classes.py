@@ -2,7 +2,9 @@
 has a class spec gets its config and model classes on every family it converts, written into its configuration and
 modeling files, and the decoder mechanisms' classes are imported and exported by `interlayer/__init__.py`. A decoder
 mechanism's spec is a `DecoderClasses` (its classes on each family of `decoder_families.py`), the attention bridge's
-a `Seq2SeqClasses` (on each family of `seq2seq_families.py`):
+a `Seq2SeqClasses` (on each family of `seq2seq_families.py`), an encoder mechanism's an `EncoderClasses` (the record's
+`encoder_classes`: its config, layer, base model and task classes on each family of `encoder_families.py`, their
+registration and a `FAMILIES` dict; the bridges', and the sentinel's beside its `DecoderClasses`):
 
     python -m interlayer.generate_classes        # names every generated block that is out of date
     python -m interlayer.generate_classes --fix  # rewrites them, adding the blocks a file does not have yet
@@ -10,9 +12,12 @@ a `Seq2SeqClasses` (on each family of `seq2seq_families.py`):
 A generated block sits between the lines `# --- begin generated <block> ...` and `# --- end generated <block> ---`
 and is not edited by hand; `tests/contract/test_generated_classes.py` fails when one differs from what this renders (as
 transformers' `utils/check_modular_conversion.py` does for its modular files). A file without a block gets it from
-`--fix`: the imports block after the file's last top-level import, the classes block at its end. A new decoder
-family is its declaration in `decoder_families.py` and a run of `--fix`; a new decoder mechanism its record, its
-configuration and modeling files (the options and the mixins) and a run of `--fix`. This tool sits outside the
+`--fix`: the imports block after the file's last top-level import, the classes block at its end. A new decoder or
+encoder family is its declaration in `decoder_families.py` or `encoder_families.py` and a run of `--fix`; a new
+decoder or encoder mechanism its record (with its spec), its configuration and modeling files (the options and the
+mixins) and a run of `--fix`. An encoder family's differences from BERT's base model are hooks of its declaration
+(`EncoderFamily.build_stack`, `embed`, `layer_inputs`, `after_layer`, `final_norm`) that the mechanisms' mixins call,
+so the generated classes name only the family, the stock bases and each other. This tool sits outside the
 models folder: saved checkpoints ship the classes it wrote, never the tool.
 
 Each generated model class has an `__init__` of its own that calls through: DeepSpeed's `zero.Init` partitions a
@@ -26,11 +31,13 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import json
 import pathlib
 import sys
 import textwrap
 
-from .models import decoder_families, seq2seq_families
+from .models import decoder_families, encoder_families, seq2seq_families
+from .models.encoder_families import EncoderFamily
 from .models.families import DecoderFamily
 from .models.seq2seq_families import Seq2SeqFamily
 
@@ -47,10 +54,17 @@ INIT_NOTE = (
 
 
 def records():
-    """The records of the mechanisms whose classes are generated, in registration order."""
+    """The records of the mechanisms whose decoder or seq2seq classes are generated, in registration order."""
     from .mechanisms import MECHANISMS
 
     return [record for record in MECHANISMS.values() if record.classes is not None]
+
+
+def encoder_records():
+    """The records of the mechanisms whose encoder classes are generated, in registration order."""
+    from .mechanisms import MECHANISMS
+
+    return [record for record in MECHANISMS.values() if record.encoder_classes is not None]
 
 
 def every_decoder_family() -> list[DecoderFamily]:
@@ -63,9 +77,15 @@ def every_seq2seq_family() -> list[Seq2SeqFamily]:
     return [value for value in vars(seq2seq_families).values() if isinstance(value, Seq2SeqFamily)]
 
 
+def every_encoder_family() -> list[EncoderFamily]:
+    """The encoder families of `encoder_families.py`, in the order they are declared there."""
+    return [value for value in vars(encoder_families).values() if isinstance(value, EncoderFamily)]
+
+
 def family_constant(family) -> str:
     """The name its module declares `family` under (`QWEN3`)."""
-    module = decoder_families if isinstance(family, DecoderFamily) else seq2seq_families
+    modules = {DecoderFamily: decoder_families, EncoderFamily: encoder_families, Seq2SeqFamily: seq2seq_families}
+    module = modules[type(family)]
     return next(name for name, value in vars(module).items() if value is family)
 
 
@@ -112,9 +132,23 @@ def docstring(text: str) -> list[str]:
     return [line.replace("\0", " ") for line in lines]
 
 
-def init(signature: str) -> list[str]:
-    arguments = signature.removeprefix("self, ")
+def init(signature: str, arguments: str | None = None) -> list[str]:
+    """An `__init__` that calls through: with `arguments` (default: the signature's names)."""
+    arguments = signature.removeprefix("self, ") if arguments is None else arguments
     return [f"def __init__({signature}):", f"    super().__init__({arguments})"]
+
+
+def stock_imports(classes) -> str:
+    """`from module import name` for each stock class of `classes`, grouped by module, in module order."""
+    stock: dict[str, list[str]] = {}
+    for cls in classes:
+        module, name = qualified(cls)
+        stock.setdefault(module, []).append(name)
+    return "".join(from_import(module, names) for module, names in sorted(stock.items()))
+
+
+def exports(names) -> str:
+    return bracketed("__all__ += [", [f'"{n}"' for n in names], "]")
 
 
 def qualified(cls: type) -> tuple[str, str]:
@@ -150,41 +184,44 @@ def config_imports(record) -> str:
     return from_import("transformers", names) + "\n"
 
 
+def config_statement(spec, family, model: str, more: list[str], note: str = "") -> str:
+    """The config class of a mechanism (its spec `spec`) on `family`, whose model class is `model`: every stock field
+    plus the spec's options, the model types, the lines `more`, the family's model type under `family_attribute`."""
+    stock = family.model.config_class.__name__
+    checkpoints = f" ({family.checkpoints})" if family.checkpoints else ""
+    text = (
+        f"Configuration of [`{model}`]: every [`{stock}`] field plus {spec.options}. Converts checkpoints "
+        f"of model_type `{family.model_type}`{checkpoints}.{note}"
+    )
+    body = [*docstring(text), "", f'model_type = "{family.model_type}_{spec.model_type_suffix}"']
+    body += [f'stock_model_types = ("{family.model_type}",)', *more]
+    if spec.family_attribute:
+        body.append(f'{spec.family_attribute} = "{family.model_type}"')
+    name = f"{family.name}{spec.infix}Config"
+    return class_statement(name, [*spec.config_bases, stock, spec.fields], body, "zoo_config")
+
+
 def config_classes(record) -> str:
     spec, out, names = record.classes, [], []
     for family in families_of(record):
-        n, stock = Names.of(record, family), family.model.config_class.__name__
-        checkpoints = f" ({family.checkpoints})" if family.checkpoints else ""
+        n = Names.of(record, family)
         note = f" {spec.config_note}" if spec.config_note else ""
-        text = (
-            f"Configuration of [`{n.model}`]: every [`{stock}`] field plus {spec.options}. Converts checkpoints "
-            f"of model_type `{family.model_type}`{checkpoints}.{note}"
-        )
-        body = [*docstring(text), "", f'model_type = "{family.model_type}_{spec.model_type_suffix}"']
-        body.append(f'stock_model_types = ("{family.model_type}",)')
-        if not family.input_norms:
-            body.append("branch_input_norms = False")
-        if spec.family_attribute:
-            body.append(f'{spec.family_attribute} = "{family.model_type}"')
-        out.append(class_statement(n.config, [*spec.config_bases, stock, spec.fields], body, "zoo_config"))
+        more = [] if family.input_norms else ["branch_input_norms = False"]
+        out.append(config_statement(spec, family, n.model, more, note))
         names.append(n.config)
-    return "".join(out).lstrip("\n") + "\n\n" + bracketed("__all__ += [", [f'"{n}"' for n in names], "]")
+    return "".join(out).lstrip("\n") + "\n\n" + exports(names)
 
 
 def modeling_imports(record) -> str:
-    spec, stock = record.classes, {}
+    spec, classes = record.classes, []
     for family in families_of(record):
-        classes = [family.layer, family.model, family.causal_lm]
+        classes += [family.layer, family.model, family.causal_lm]
         if spec.records_attentions or spec.attention_mixin:
             classes.append(family.attention)
-        for cls in classes:
-            module, name = qualified(cls)
-            stock.setdefault(module, []).append(name)
-    lines = [from_import(module, names) for module, names in sorted(stock.items())]
     configs = [Names.of(record, family).config for family in families_of(record)]
     constants = [family_constant(family) for family in families_of(record)]
     local = from_import(f".{record.configuration}", configs) + from_import(".decoder_families", constants)
-    return "".join(lines) + "\n" + local + "\n"
+    return stock_imports(classes) + "\n" + local + "\n"
 
 
 def modeling_classes(record) -> str:
@@ -226,22 +263,17 @@ def modeling_classes(record) -> str:
         out.append("\n\n" + bracketed("register_for_auto_classes(", register, ")"))
         names += [n.model, n.lm]
     classes = "".join(out).lstrip("\n")
-    exports = bracketed("__all__ += [", [f'"{n}"' for n in sorted(names)], "]")
-    return f"{INIT_NOTE}\n{classes}\n\n{exports}"
+    return f"{INIT_NOTE}\n{classes}\n\n{exports(sorted(names))}"
 
 
 def seq2seq_imports(record) -> str:
     """The stock classes of every seq2seq family, their configs and declarations, for the mechanism's modeling file."""
-    stock: dict[str, list[str]] = {}
-    for family in every_seq2seq_family():
-        for cls in (family.encoder, family.decoder, family.model, family.lm):
-            module, name = qualified(cls)
-            stock.setdefault(module, []).append(name)
-    lines = [from_import(module, names) for module, names in sorted(stock.items())]
-    configs = [f"{family.name}{record.classes.infix}Config" for family in every_seq2seq_family()]
-    constants = [family_constant(family) for family in every_seq2seq_family()]
+    families = every_seq2seq_family()
+    classes = [cls for family in families for cls in (family.encoder, family.decoder, family.model, family.lm)]
+    configs = [f"{family.name}{record.classes.infix}Config" for family in families]
+    constants = [family_constant(family) for family in families]
     local = from_import(f".{record.configuration}", configs) + from_import(".seq2seq_families", constants)
-    return "".join(lines) + "\n" + local + "\n"
+    return stock_imports(classes) + "\n" + local + "\n"
 
 
 def seq2seq_classes(record) -> str:
@@ -277,8 +309,80 @@ def seq2seq_classes(record) -> str:
         register = [config, f"AutoModel={model}", f"AutoModelForSeq2SeqLM={lm}"]
         out.append("\n\n" + bracketed("register_for_auto_classes(", register, ")"))
         names += [model, lm]
-    exports = bracketed("__all__ += [", [f'"{n}"' for n in sorted(names)], "]")
-    return "".join(out).lstrip("\n") + "\n\n" + exports
+    return "".join(out).lstrip("\n") + "\n\n" + exports(sorted(names))
+
+
+def encoder_families_of(spec) -> list[EncoderFamily]:
+    """The families an encoder mechanism converts: its spec's, or every family of `encoder_families.py`."""
+    return list(spec.families) if spec.families is not None else every_encoder_family()
+
+
+def encoder_files(record) -> tuple[str, str]:
+    """The configuration and modeling files of a mechanism's encoder classes."""
+    spec = record.encoder_classes
+    return spec.configuration or record.configuration, spec.modeling or record.modeling
+
+
+def encoder_config_imports(record) -> str:
+    families = encoder_families_of(record.encoder_classes)
+    return from_import("transformers", [family.model.config_class.__name__ for family in families]) + "\n"
+
+
+def encoder_config_classes(record) -> str:
+    """Each family's config: the spec's `config_attributes` (the family's fields) and `config_lines` added."""
+    spec, out, names = record.encoder_classes, [], []
+    for family in encoder_families_of(spec):
+        prefix = family.name + spec.infix
+        more = [f"{name} = {json.dumps(getattr(family, field))}" for name, field in spec.config_attributes.items()]
+        out.append(config_statement(spec, family, f"{prefix}Model", [*more, *spec.config_lines]))
+        names.append(f"{prefix}Config")
+    return "".join(out).lstrip("\n") + "\n\n" + exports(names)
+
+
+def encoder_modeling_imports(record) -> str:
+    spec, classes = record.encoder_classes, []
+    for family in encoder_families_of(spec):
+        classes += [family.layer, family.model, family.pretrained]
+        if spec.attention_mixin:
+            classes.append(family.attention)
+    families = encoder_families_of(spec)
+    configs = [f"{family.name}{spec.infix}Config" for family in families]
+    local = from_import(f".{encoder_files(record)[0]}", configs)
+    local += from_import(".encoder_families", [family_constant(family) for family in families])
+    return stock_imports(classes) + "\n" + local + "\n"
+
+
+def encoder_modeling_classes(record) -> str:
+    """Each family's (self-attention,) layer, base model and task classes, registered, and `FAMILIES`: `{stock model
+    type: (config, base model, task classes...)}`."""
+    spec, out, names, registry = record.encoder_classes, [], [], []
+    for family in encoder_families_of(spec):
+        prefix, family_line = family.name + spec.infix, f"family = {family_constant(family)}"
+        config, layer, model = f"{prefix}Config", f"{prefix}Layer", f"{prefix}Model"
+        no_split = bracketed("_no_split_modules = [", [f'"{family.embeddings.__name__}"', f'"{layer}"'], "]").rstrip()
+        layer_body = [family_line]
+        if spec.attention_mixin:
+            attention = f"{prefix}SelfAttention"
+            body = init("self, *args, **kwargs")
+            out.append(class_statement(attention, [spec.attention_mixin, family.attention.__name__], body))
+            layer_body.append(f"attention_class = {attention}")
+        layer_body += ["", *init("self, config, layer_idx=None", "config, layer_idx")]
+        out.append(class_statement(layer, [spec.layer_mixin, family.layer.__name__], layer_body))
+        model_body = [f"config_class = {config}", family_line, f"layer_class = {layer}", no_split, ""]
+        model_body += init("self, config, add_pooling_layer=True", "config, add_pooling_layer")
+        out.append(class_statement(model, [spec.model_mixin, family.model.__name__], model_body))
+        tasks = {task: f"{prefix}For{task}" for task in spec.tasks}
+        for task, name in tasks.items():
+            body = [f"config_class = {config}", family_line, f"base_class = {model}", no_split, ""]
+            body += init("self, config")
+            out.append(class_statement(name, [spec.tasks[task], family.pretrained.__name__], body))
+        register = [config, f"AutoModel={model}", *(f"AutoModelFor{task}={name}" for task, name in tasks.items())]
+        out.append("\n\n" + bracketed("register_for_auto_classes(", register, ")"))
+        registry.append(bracketed(f'"{family.model_type}": (', [config, model, *tasks.values()], "),", "    "))
+        names += [model, *tasks.values()]
+    roles = ", ".join(["config", "base model", *(f"{task} class" for task in spec.tasks)])
+    families = f"\n\n# stock model_type -> ({roles})\nFAMILIES = {{\n" + "".join(registry) + "}\n"
+    return "".join(out).lstrip("\n") + families + "\n" + exports(["FAMILIES", *sorted(names)])
 
 
 def package_imports() -> str:
@@ -297,7 +401,7 @@ def package_exports() -> str:
         for family in families_of(record)
         for name in (lambda n: (n.config, n.model, n.lm))(Names.of(record, family))
     )
-    return bracketed("__all__ += [", [f'"{n}"' for n in names], "]")
+    return exports(names)
 
 
 def decoder_records() -> list:
@@ -322,6 +426,16 @@ def blocks() -> dict[pathlib.Path, dict[str, str]]:
                 "imports": seq2seq_imports(record),
                 "classes": seq2seq_classes(record),
             }
+    for record in encoder_records():
+        configuration, modeling = encoder_files(record)
+        out[MODELS / f"{configuration}.py"] = {
+            "imports": encoder_config_imports(record),
+            "classes": encoder_config_classes(record),
+        }
+        out[MODELS / f"{modeling}.py"] = {
+            "imports": encoder_modeling_imports(record),
+            "classes": f"{INIT_NOTE}\n{encoder_modeling_classes(record)}",
+        }
     return out
 
 
@@ -337,8 +451,8 @@ def with_block(text: str, name: str, path: pathlib.Path) -> str:
         return text
     empty = f"{begin}{end}"
     if name != "imports":
-        exports = "" if "\n__all__ = " in text else "__all__ = []  # the file's own exports; the generated ones follow"
-        return text.rstrip("\n") + "\n\n\n" + (exports + "\n\n\n" if exports else "") + empty
+        own = "" if "\n__all__ = " in text else "__all__ = []  # the file's own exports; the generated ones follow"
+        return text.rstrip("\n") + "\n\n\n" + (own + "\n\n\n" if own else "") + empty
     imports = [n for n in ast.parse(text).body if isinstance(n, (ast.Import, ast.ImportFrom))]
     if not imports:
         raise ValueError(f"{path}: has no import statement to put the generated imports after")

@@ -1,10 +1,10 @@
 """The zoo's mechanisms, one record each, registered once (as PEFT registers a method with `register_peft_method`):
 everything about a mechanism that is not its equations. Its name; its configuration and modeling files (whose classes
-registered for an Auto class are its model and config classes); the spec of its generated classes
-(`DecoderClasses`, `Seq2SeqClasses`: `python -m interlayer.generate_classes --fix` writes them); the prefix every
+registered for an Auto class are its model and config classes); the specs of its generated classes (`DecoderClasses`,
+`Seq2SeqClasses`, `EncoderClasses`: `python -m interlayer.generate_classes --fix` writes them); the prefix every
 parameter it adds is named under; the prefix of its statistics; its docs page; its pictures; its `interlayer bench`
-cases; its training tools; the tiny models on which it acts (`Example`: the conformance suite, the multi-process
-tests and every other test that enumerates mechanisms build them) and the config errors it documents.
+cases; its training tools; the tiny models on which it acts (`Example`: the conformance suite, the multi-process tests
+and every other test that enumerates mechanisms build them) and the config errors it documents.
 
 The registry (`interlayer.zoo`), the class generator, the CLI, `interlayer inspect`, the callbacks, `interlayer bench`
 and the tests read these records rather than naming mechanisms: a new mechanism is one more `register_mechanism(...)`
@@ -24,6 +24,7 @@ from transformers import PreTrainedModel
 
 from . import pictures as draw
 from .models.decoder_families import LLAMA, QWEN2, QWEN3
+from .models.encoder_families import BERT, ROBERTA, EncoderFamily
 from .models.families import DecoderFamily
 from .models.zoo_common import has_parameter_prefix
 
@@ -120,6 +121,45 @@ class Seq2SeqClasses:
 
 
 @dataclasses.dataclass(frozen=True)
+class EncoderClasses:
+    """The spec of an encoder mechanism's generated classes: on every family it converts, a config, a layer, a base
+    model and a class per task (and, with `attention_mixin`, a self-attention class), each the mixin of this spec put
+    before the family's stock class; a `FAMILIES` dict of them by stock model type. The names are strings.
+
+    Attributes:
+        infix: its part of the class names (`"Bridge"`: `BertBridgeModel`); `model_type_suffix` that of the model types.
+        config_bases: the config's bases before the stock config; `fields` its options dataclass (the last base).
+        options: how the config docstring names the options.
+        layer_mixin, model_mixin: put before the family's stock layer and base model.
+        tasks: `{task: mixin}`, each task class (`{Family}{infix}For{task}`) the mixin put before the family's stock
+            pre-trained class and registered for `AutoModelFor{task}`.
+        attention_mixin: put before the family's stock self-attention class, the layer's `attention_class`.
+        families: the families it converts; None for every `EncoderFamily` of `encoder_families.py`.
+        family_attribute: the config attribute holding the family's `model_type`, if any.
+        config_attributes: `{config attribute: EncoderFamily field}` written into each config class.
+        config_lines: lines every config class ends with.
+        configuration, modeling: the files the classes go to, where not the record's (`configuration`, `modeling`).
+    """
+
+    infix: str
+    model_type_suffix: str
+    fields: str
+    options: str
+    layer_mixin: str
+    model_mixin: str
+    tasks: dict[str, str]
+    config_bases: tuple[str, ...] = ("ZooConfigMixin",)
+    attention_mixin: str | None = None
+    families: tuple[EncoderFamily, ...] | None = None
+    family_attribute: str | None = None
+    config_attributes: dict[str, str] = dataclasses.field(default_factory=dict)
+    config_lines: tuple[str, ...] = ()
+    configuration: str | None = None
+    modeling: str | None = None
+    kind = "encoder"
+
+
+@dataclasses.dataclass(frozen=True)
 class Example:
     """A tiny model on which the mechanism acts: the tiny stock checkpoint of `family` (`tests/stock_checkpoints.py`;
     `stock` names another of that family's builders, `build_stock_<stock>`) converted with `options` into the
@@ -156,7 +196,8 @@ class ConfigError:
 class Mechanism:
     """The record of one mechanism (see the module). `configuration` and `modeling` are its files' module names in
     `interlayer/models` (or the import paths of modules elsewhere, for a mechanism that is not shipped: a test's);
-    `docs_page` its page in `docs/`; `classes` the spec of its generated classes (None where they are hand-written);
+    `docs_page` its page in `docs/`; `classes` the spec of its generated classes (None where they are hand-written),
+    `encoder_classes` that of its classes on the encoder families;
     `training_tools` the dotted names of what trains it beyond the stock `Trainer` and `MechanismStatsCallback`
     (`tool()` imports one); `tiny_options` options every tiny model of it takes (sizes that fit the tiny checkpoints);
     `stationary` name endings of parameters whose gradient is zero by construction (a bias added to every logit of a
@@ -171,9 +212,8 @@ class Mechanism:
     examples: tuple[Example, ...]
     config_errors: tuple[ConfigError, ...]
     classes: DecoderClasses | Seq2SeqClasses | None = None
-    # files with more of its classes (written by hand), beside `modeling`: a checkpoint of one kind of family ships the
-    # file of its kind alone (the sentinel's decoders and encoders)
-    more_modeling: tuple[str, ...] = ()
+    # the spec of its generated classes on the encoder families (a mechanism may have both: the sentinel)
+    encoder_classes: EncoderClasses | None = None
     pictures: tuple[Picture, ...] = ()
     bench_cases: dict[str, BenchCase] = dataclasses.field(default_factory=dict)
     training_tools: tuple[str, ...] = ()
@@ -185,11 +225,13 @@ class Mechanism:
 
     @property
     def modeling_modules(self) -> list:
-        """The modules of its modeling files (`modeling`, then `more_modeling`): each names a file of
-        `interlayer/models`, else a module by its import path (a mechanism that is not shipped with the package: a
-        test's)."""
+        """The modules of its modeling files (`modeling`, then its encoder classes' where they have their own: a
+        checkpoint of one kind of family ships the file of its kind alone, the sentinel's decoders and encoders): each
+        names a file of `interlayer/models`, else a module by its import path (a mechanism that is not shipped with
+        the package: a test's)."""
+        more = self.encoder_classes.modeling if self.encoder_classes is not None else None
         modules = []
-        for name in (self.modeling, *self.more_modeling):
+        for name in dict.fromkeys(name for name in (self.modeling, more) if name):
             shipped = f"{__package__}.models.{name}"
             modules.append(importlib.import_module(shipped if importlib.util.find_spec(shipped) else name))
         return modules
@@ -326,6 +368,25 @@ register_mechanism(
     parameter_prefix="bridge",  # the bridge of a target layer (`bridge`) and the router (`bridge_router`)
     statistics_prefix="bridge/",
     docs_page="bridges.md",
+    encoder_classes=EncoderClasses(
+        infix="Bridge",
+        model_type_suffix="bridge",
+        config_bases=("BridgeConfigMixin",),
+        fields="BridgeFields",
+        options="the bridge fields of [`BridgeFields`]",
+        layer_mixin="BridgeLayerMixin",
+        model_mixin="BridgeModelMixin",
+        tasks={
+            "SequenceClassification": "BridgeForSequenceClassificationMixin",
+            "TokenClassification": "BridgeForTokenClassificationMixin",
+        },
+        config_attributes={
+            "default_sep_token_id": "sep_token_id",
+            "default_cls_token_id": "cls_token_id",
+            "norm_eps_field": "norm_eps_field",
+            "attention_dropout_field": "attention_dropout_field",
+        },
+    ),
     pictures=(
         Picture("bridge routing", "bridge_routing.png", draw.bridge_routing),
         Picture("bridge gates", "bridge_gates.png", draw.bridge_gates),
@@ -375,7 +436,7 @@ register_mechanism(
         ConfigError(dict(classifier_head="seed"), r"identity_init=True.*classifier_head='seed'"),
         ConfigError(dict(num_hidden_layers=1), r"num_hidden_layers.*>= 2"),
         ConfigError(dict(is_decoder=True), r"encoder-only", families=_ENCODERS_WITH_IS_DECODER),
-        ConfigError(dict(attention_head_size=4), r"attention_head_size.*DeBERTa-v2.*got 4", families=("deberta-v2",)),
+        ConfigError(dict(attention_head_size=4), r"attention_head_size.*deberta-v2.*got 4", families=("deberta-v2",)),
     ),
     # the HDIM scorer's last bias is added to every alignment logit of a softmax: its gradient is zero by construction
     stationary=("hdim.scorer.2.bias",),
@@ -386,7 +447,6 @@ register_mechanism(
     name="sentinel",
     configuration="configuration_sentinel",
     modeling="modeling_sentinel",
-    more_modeling=("modeling_sentinel_encoders",),
     parameter_prefix="sentinel_",  # the gates and the mask (`sentinel_gate_logits`), the U-Net skip fusions
     statistics_prefix="sentinel/",
     docs_page="sentinel.md",
@@ -405,6 +465,23 @@ register_mechanism(
         # the families whose attention `DecoderSentinelAttention.forward` computes (GPT-2's is its own class)
         families=(LLAMA, QWEN2, QWEN3),
         family_attribute="sentinel_family",
+    ),
+    encoder_classes=EncoderClasses(
+        infix="Sentinel",
+        model_type_suffix="sentinel",
+        config_bases=("SentinelConfigMixin", "ZooConfigMixin"),
+        fields="SentinelFields",
+        options="the sentinel options of [`SentinelFields`] (no U-Net skips: an encoder)",
+        layer_mixin="EncoderSentinelLayerMixin",
+        model_mixin="EncoderSentinelModelMixin",
+        tasks={"SequenceClassification": "EncoderSentinelForSequenceClassificationMixin"},
+        attention_mixin="EncoderSentinelSelfAttention",
+        # the families whose self-attention `EncoderSentinelSelfAttention.forward` computes
+        families=(BERT, ROBERTA),
+        family_attribute="sentinel_family",
+        config_lines=("sentinel_is_encoder = True",),
+        configuration="configuration_sentinel_encoders",
+        modeling="modeling_sentinel_encoders",
     ),
     pictures=(Picture("sentinel gates", "sentinel_gates.png", draw.sentinel_gates),),
     bench_cases={

@@ -1,4 +1,6 @@
-"""Configurations of the cross-layer bridge models (seed 000): BERT, RoBERTa, XLM-R, ELECTRA, DeBERTa-v2, ModernBERT."""
+"""Configurations of the cross-layer bridge models (seed 000): BERT, RoBERTa, XLM-R, ELECTRA, DeBERTa-v2, ModernBERT.
+The options (`BridgeFields`) and what every family's config shares (`BridgeConfigMixin`) are written here; the
+families' config classes at the end by `python -m interlayer.generate_classes --fix`."""
 
 # first, before any transformers import: a clear error under transformers 4
 from .zoo_requirements import MIN_TRANSFORMERS  # noqa: F401
@@ -8,16 +10,13 @@ from .zoo_requirements import MIN_TRANSFORMERS  # noqa: F401
 import dataclasses
 from typing import ClassVar, Literal
 
-from transformers import (
-    BertConfig,
-    DebertaV2Config,
-    ElectraConfig,
-    ModernBertConfig,
-    RobertaConfig,
-    XLMRobertaConfig,
-)
-
 from .zoo_common import ZooConfigFields, ZooConfigMixin, check_choice, check_range, zoo_config
+
+# isort: split
+# --- begin generated imports (python -m interlayer.generate_classes --fix): do not edit ---
+from transformers import BertConfig, DebertaV2Config, ElectraConfig, ModernBertConfig, RobertaConfig, XLMRobertaConfig
+
+# --- end generated imports ---
 
 SEED_ROUTE_LAST_N = 4  # the seed's target layers: the last 4
 
@@ -243,13 +242,26 @@ BRIDGE_PRESETS: dict[str, dict] = {
 
 
 class BridgeConfigMixin(ZooConfigMixin):
-    """What a family declares besides its stock config: the field names of its norm epsilon and attention dropout,
-    and its tokenizer's separator and first-token ids. Fills in the defaults that depend on the stock config
-    (`route_last_n`, the token ids)."""
+    """What a family's config takes from its declaration (`encoder_families.EncoderFamily`, written into each class by
+    `python -m interlayer.generate_classes --fix`): the field names of its norm epsilon and attention dropout, and its
+    tokenizer's separator and first-token ids. Fills in the defaults that depend on the stock config (`route_last_n`,
+    the token ids)."""
 
     presets = BRIDGE_PRESETS
-    norm_eps_field: ClassVar[str] = "layer_norm_eps"
-    attention_dropout_field: ClassVar[str] = "attention_probs_dropout_prob"
+    norm_eps_field: ClassVar[str]
+    attention_dropout_field: ClassVar[str]
+    default_sep_token_id: ClassVar[int]
+    default_cls_token_id: ClassVar[int]
+
+    def validate_head_size(self):
+        head_size = getattr(self, "attention_head_size", None)
+        if head_size is not None and head_size * self.num_attention_heads != self.hidden_size:
+            raise ValueError(
+                f"`attention_head_size` must be hidden_size / num_attention_heads "
+                f"({self.hidden_size // self.num_attention_heads}) for cross-layer bridges on "
+                f"{self.stock_model_types[0]}, got {head_size}: the QKV message (heads x head size wide) is added to "
+                "the hidden states."
+            )
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
@@ -261,98 +273,100 @@ class BridgeConfigMixin(ZooConfigMixin):
             self.cls_token_id = self.default_cls_token_id
 
 
-@zoo_config
-class RobertaBridgeConfig(BridgeConfigMixin, RobertaConfig, BridgeFields):
-    r"""Configuration of [`RobertaBridgeModel`]: every [`RobertaConfig`] field, plus the bridge fields of
-    [`BridgeFields`]. Converts checkpoints of model_type `roberta`."""
-
-    model_type = "roberta_bridge"
-    stock_model_types = ("roberta",)
-    default_sep_token_id = 2  # </s>
-    default_cls_token_id = 0  # <s>
-
-
-@zoo_config
-class BertBridgeConfig(BridgeConfigMixin, BertConfig, BridgeFields):
-    r"""Configuration of [`BertBridgeModel`]: every [`BertConfig`] field, plus the bridge fields of
-    [`BridgeFields`]. Converts checkpoints of model_type `bert`."""
-
-    model_type = "bert_bridge"
-    stock_model_types = ("bert",)
-    default_sep_token_id = 102  # [SEP] in the uncased WordPiece vocabulary
-    default_cls_token_id = 101  # [CLS]
-
-
-@zoo_config
-class XLMRobertaBridgeConfig(BridgeConfigMixin, XLMRobertaConfig, BridgeFields):
-    r"""Configuration of [`XLMRobertaBridgeModel`]: every [`XLMRobertaConfig`] field, plus the bridge fields of
-    [`BridgeFields`]. Converts checkpoints of model_type `xlm-roberta`."""
-
-    model_type = "xlm-roberta_bridge"
-    stock_model_types = ("xlm-roberta",)
-    default_sep_token_id = 2  # </s>
-    default_cls_token_id = 0  # <s>
-
-
-@zoo_config
-class ElectraBridgeConfig(BridgeConfigMixin, ElectraConfig, BridgeFields):
-    r"""Configuration of [`ElectraBridgeModel`]: every [`ElectraConfig`] field, plus the bridge fields of
-    [`BridgeFields`]. Converts checkpoints of model_type `electra` (the discriminator)."""
-
-    model_type = "electra_bridge"
-    stock_model_types = ("electra",)
-    default_sep_token_id = 102  # [SEP] in the uncased WordPiece vocabulary
-    default_cls_token_id = 101  # [CLS]
-
-
-@zoo_config
-class DebertaV2BridgeConfig(BridgeConfigMixin, DebertaV2Config, BridgeFields):
-    r"""Configuration of [`DebertaV2BridgeModel`]: every [`DebertaV2Config`] field, plus the bridge fields of
-    [`BridgeFields`]. Converts checkpoints of model_type `deberta-v2` (DeBERTa-v2 and v3)."""
-
-    model_type = "deberta-v2_bridge"
-    stock_model_types = ("deberta-v2",)
-    default_sep_token_id = 2  # [SEP] in the DeBERTa-v3 SentencePiece vocabulary
-    default_cls_token_id = 1  # [CLS]
-
-    def validate_head_size(self):
-        head_size = getattr(self, "attention_head_size", None)
-        if head_size is not None and head_size * self.num_attention_heads != self.hidden_size:
-            raise ValueError(
-                f"`attention_head_size` must be hidden_size / num_attention_heads "
-                f"({self.hidden_size // self.num_attention_heads}) for cross-layer bridges on DeBERTa-v2, got "
-                f"{head_size}: the QKV message (heads x head size wide) is added to the hidden states."
-            )
-
-
-@zoo_config
-class ModernBertBridgeConfig(BridgeConfigMixin, ModernBertConfig, BridgeFields):
-    r"""Configuration of [`ModernBertBridgeModel`]: every [`ModernBertConfig`] field, plus the bridge fields of
-    [`BridgeFields`]. Converts checkpoints of model_type `modernbert`. The bridge's LayerNorms use `norm_eps`, the
-    QKV bridge's attention dropout `attention_dropout`."""
-
-    model_type = "modernbert_bridge"
-    stock_model_types = ("modernbert",)
-    norm_eps_field = "norm_eps"
-    attention_dropout_field = "attention_dropout"
-    default_sep_token_id = 50282  # [SEP]
-    default_cls_token_id = 50281  # [CLS]
-
-
 def bridge_preset(name: str) -> dict:
     """The options of a named preset, to pass as `Model.from_pretrained(stock, **bridge_preset("H9"))`."""
     check_choice("preset", name, BRIDGE_PRESETS)
     return dict(BRIDGE_PRESETS[name])
 
 
-__all__ = [
-    "BridgeFields",
-    "RobertaBridgeConfig",
+__all__ = ["BridgeFields", "BRIDGE_PRESETS", "bridge_preset"]
+
+
+# --- begin generated classes (python -m interlayer.generate_classes --fix): do not edit ---
+@zoo_config
+class BertBridgeConfig(BridgeConfigMixin, BertConfig, BridgeFields):
+    r"""Configuration of [`BertBridgeModel`]: every [`BertConfig`] field plus the bridge fields of [`BridgeFields`].
+    Converts checkpoints of model_type `bert`."""
+
+    model_type = "bert_bridge"
+    stock_model_types = ("bert",)
+    default_sep_token_id = 102
+    default_cls_token_id = 101
+    norm_eps_field = "layer_norm_eps"
+    attention_dropout_field = "attention_probs_dropout_prob"
+
+
+@zoo_config
+class RobertaBridgeConfig(BridgeConfigMixin, RobertaConfig, BridgeFields):
+    r"""Configuration of [`RobertaBridgeModel`]: every [`RobertaConfig`] field plus the bridge fields of
+    [`BridgeFields`]. Converts checkpoints of model_type `roberta`."""
+
+    model_type = "roberta_bridge"
+    stock_model_types = ("roberta",)
+    default_sep_token_id = 2
+    default_cls_token_id = 0
+    norm_eps_field = "layer_norm_eps"
+    attention_dropout_field = "attention_probs_dropout_prob"
+
+
+@zoo_config
+class XLMRobertaBridgeConfig(BridgeConfigMixin, XLMRobertaConfig, BridgeFields):
+    r"""Configuration of [`XLMRobertaBridgeModel`]: every [`XLMRobertaConfig`] field plus the bridge fields of
+    [`BridgeFields`]. Converts checkpoints of model_type `xlm-roberta`."""
+
+    model_type = "xlm-roberta_bridge"
+    stock_model_types = ("xlm-roberta",)
+    default_sep_token_id = 2
+    default_cls_token_id = 0
+    norm_eps_field = "layer_norm_eps"
+    attention_dropout_field = "attention_probs_dropout_prob"
+
+
+@zoo_config
+class ElectraBridgeConfig(BridgeConfigMixin, ElectraConfig, BridgeFields):
+    r"""Configuration of [`ElectraBridgeModel`]: every [`ElectraConfig`] field plus the bridge fields of
+    [`BridgeFields`]. Converts checkpoints of model_type `electra` (the discriminator)."""
+
+    model_type = "electra_bridge"
+    stock_model_types = ("electra",)
+    default_sep_token_id = 102
+    default_cls_token_id = 101
+    norm_eps_field = "layer_norm_eps"
+    attention_dropout_field = "attention_probs_dropout_prob"
+
+
+@zoo_config
+class DebertaV2BridgeConfig(BridgeConfigMixin, DebertaV2Config, BridgeFields):
+    r"""Configuration of [`DebertaV2BridgeModel`]: every [`DebertaV2Config`] field plus the bridge fields of
+    [`BridgeFields`]. Converts checkpoints of model_type `deberta-v2` (DeBERTa-v2 and v3)."""
+
+    model_type = "deberta-v2_bridge"
+    stock_model_types = ("deberta-v2",)
+    default_sep_token_id = 2
+    default_cls_token_id = 1
+    norm_eps_field = "layer_norm_eps"
+    attention_dropout_field = "attention_probs_dropout_prob"
+
+
+@zoo_config
+class ModernBertBridgeConfig(BridgeConfigMixin, ModernBertConfig, BridgeFields):
+    r"""Configuration of [`ModernBertBridgeModel`]: every [`ModernBertConfig`] field plus the bridge fields of
+    [`BridgeFields`]. Converts checkpoints of model_type `modernbert`."""
+
+    model_type = "modernbert_bridge"
+    stock_model_types = ("modernbert",)
+    default_sep_token_id = 50282
+    default_cls_token_id = 50281
+    norm_eps_field = "norm_eps"
+    attention_dropout_field = "attention_dropout"
+
+
+__all__ += [
     "BertBridgeConfig",
+    "RobertaBridgeConfig",
     "XLMRobertaBridgeConfig",
     "ElectraBridgeConfig",
     "DebertaV2BridgeConfig",
     "ModernBertBridgeConfig",
-    "BRIDGE_PRESETS",
-    "bridge_preset",
 ]
+# --- end generated classes ---

@@ -9,7 +9,8 @@ declared once per family, decoder or encoder: the sentinel gates and prunes the 
 cross-attention projects with those projections.
 
 An encoder family (`encoder_families.EncoderFamily`) is declared by its stock layer, embeddings, encoder and pooler,
-where its layer's attention sublayer ends and its stock task heads; an encoder-decoder family
+where its layer's attention sublayer ends, its stock task heads and the steps where its stock base model runs its
+stack differently from BERT's; an encoder-decoder family
 (`seq2seq_families.Seq2SeqFamily`) by its stock encoder, decoder, base model and LM.
 
 The families themselves are declared by kind, each module importing only its own stock families, so that a saved

@@ -9,14 +9,15 @@ names (`encoder.bridge_router.*`, `encoder.layer.N.bridge.*`).
 
 The mechanism is written once, against the roles a family's encoder layer plays (`BridgeLayerMixin`: where the
 attention sublayer ends, the FFN sublayer, the query/key/value projections, how the bridge reads a hidden state)
-and the routing over a layer stack (`BridgeStackMixin`). A family's roles and stock modules (heads, sublayers,
-embeddings, pooler, task heads) are its declaration in `families.py` (`EncoderFamily`, which the sentinel reads too);
-the `*Bridge*` classes at the end of this file put the mixins before its stock classes, with the few overrides where
-its stock base model differs from BERT's.
+and the routing over its layer stack (`BridgeModelMixin`). A family's roles, stock modules (heads, sublayers,
+embeddings, encoder, pooler, task heads) and the few steps where its stock base model differs from BERT's are its
+declaration in `encoder_families.py` (`EncoderFamily`, which the sentinel reads too); the `*Bridge*` classes at the end
+of this file, written by `python -m interlayer.generate_classes --fix` from the mechanism's record (its
+`EncoderClasses`), put the mixins before each family's stock classes.
 
-Reading order: helpers, router, HDIM message, the per-target bridge block, the layer mixin and the bridged layers,
-the layer stack and encoders, the pre-trained base class, the base model and task heads shared by every family,
-then the families.
+Reading order: helpers, router, HDIM message, the per-target bridge block, the layer mixin, the pre-trained base
+class, the base model (with the routing over the stack) and task heads shared by every family, then the families'
+generated classes.
 """
 
 from __future__ import annotations
@@ -38,53 +39,11 @@ from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.loss.loss_utils import ForSequenceClassificationLoss
-from transformers.masking_utils import create_bidirectional_mask, create_bidirectional_sliding_window_mask
 from transformers.modeling_outputs import ModelOutput
-from transformers.models.bert.modeling_bert import (
-    BertLayer,
-    BertModel,
-    BertPreTrainedModel,
-)
-from transformers.models.deberta_v2.modeling_deberta_v2 import (
-    DebertaV2Encoder,
-    DebertaV2Layer,
-    DebertaV2Model,
-    DebertaV2PreTrainedModel,
-)
-from transformers.models.electra.modeling_electra import (
-    ElectraLayer,
-    ElectraModel,
-    ElectraPreTrainedModel,
-)
-from transformers.models.modernbert.modeling_modernbert import (
-    ModernBertEncoderLayer,
-    ModernBertModel,
-    ModernBertPreTrainedModel,
-    ModernBertRotaryEmbedding,
-)
-from transformers.models.roberta.modeling_roberta import (
-    RobertaLayer,
-    RobertaModel,
-    RobertaPreTrainedModel,
-)
-from transformers.models.xlm_roberta.modeling_xlm_roberta import (
-    XLMRobertaLayer,
-    XLMRobertaModel,
-    XLMRobertaPreTrainedModel,
-)
 from transformers.utils.generic import can_return_tuple
 
-from .configuration_bridge import (
-    BertBridgeConfig,
-    DebertaV2BridgeConfig,
-    ElectraBridgeConfig,
-    ModernBertBridgeConfig,
-    RobertaBridgeConfig,
-    XLMRobertaBridgeConfig,
-)
-from .encoder_families import BERT, DEBERTA_V2, ELECTRA, MODERNBERT, ROBERTA, XLM_ROBERTA, EncoderFamily, TaskHead
+from .encoder_families import EncoderFamily, TaskHead
 from .zoo_common import (
-    CACHE_KWARG,
     Fused,
     StatsAccumulator,
     ZooModelMixin,
@@ -94,6 +53,35 @@ from .zoo_common import (
     register_scalar_parameters,
     select_hidden_states,
 )
+
+# isort: split
+# --- begin generated imports (python -m interlayer.generate_classes --fix): do not edit ---
+from transformers.models.bert.modeling_bert import BertLayer, BertModel, BertPreTrainedModel
+from transformers.models.deberta_v2.modeling_deberta_v2 import DebertaV2Layer, DebertaV2Model, DebertaV2PreTrainedModel
+from transformers.models.electra.modeling_electra import ElectraLayer, ElectraModel, ElectraPreTrainedModel
+from transformers.models.modernbert.modeling_modernbert import (
+    ModernBertEncoderLayer,
+    ModernBertModel,
+    ModernBertPreTrainedModel,
+)
+from transformers.models.roberta.modeling_roberta import RobertaLayer, RobertaModel, RobertaPreTrainedModel
+from transformers.models.xlm_roberta.modeling_xlm_roberta import (
+    XLMRobertaLayer,
+    XLMRobertaModel,
+    XLMRobertaPreTrainedModel,
+)
+
+from .configuration_bridge import (
+    BertBridgeConfig,
+    DebertaV2BridgeConfig,
+    ElectraBridgeConfig,
+    ModernBertBridgeConfig,
+    RobertaBridgeConfig,
+    XLMRobertaBridgeConfig,
+)
+from .encoder_families import BERT, DEBERTA_V2, ELECTRA, MODERNBERT, ROBERTA, XLM_ROBERTA
+
+# --- end generated imports ---
 
 
 def pool_tokens(hidden: torch.Tensor, token_mask: torch.Tensor, mode: str) -> torch.Tensor:
@@ -569,162 +557,6 @@ class BridgeLayerMixin:
         return self.ffn_sublayer(attention_output + injection), aux
 
 
-class RobertaBridgeLayer(BridgeLayerMixin, RobertaLayer):
-    family = ROBERTA
-
-
-class BertBridgeLayer(BridgeLayerMixin, BertLayer):
-    family = BERT
-
-
-class XLMRobertaBridgeLayer(BridgeLayerMixin, XLMRobertaLayer):
-    family = XLM_ROBERTA
-
-
-class ElectraBridgeLayer(BridgeLayerMixin, ElectraLayer):
-    family = ELECTRA
-
-
-class DebertaV2BridgeLayer(BridgeLayerMixin, DebertaV2Layer):
-    """The bridge's cross-attention is content-to-content only (no relative positions)."""
-
-    family = DEBERTA_V2
-
-
-class ModernBertBridgeLayer(BridgeLayerMixin, ModernBertEncoderLayer):
-    """The attention sublayer ends on the residual stream, so the injection enters both the FFN's norm and its
-    residual. The cross-attention has no rotary positions and no sliding window: every source token is visible."""
-
-    family = MODERNBERT
-
-
-class BridgeStackMixin:
-    """The routing over a family's layer stack, written once: the shared router picks each target's sources, and
-    their states (and, with `qkv_kv_weights="source"`, their keys and values) are gathered vectorised over the batch.
-    The module holding the layers (an encoder, or a base model without one) calls `init_bridge_stack` and
-    `bridged_forward`."""
-
-    def init_bridge_stack(self, config):
-        self.bridge_router = BridgeRouter(config)
-        self.pool_mode = config.route_pool
-        self.source_kv = config.bridge_mode != "hdim" and config.qkv_kv_weights == "source"
-
-    @staticmethod
-    def _gather(per_layer: list[torch.Tensor], route_index: torch.Tensor) -> torch.Tensor:
-        """Each example's routed entries of a per-layer list of (B, S, H) tensors -> (B * k, S, H).
-        index_select keeps only indices for backward (an index_add), not a copy of every earlier layer. The batch size
-        is read as `shape[0]`, not `len()` (a Python int), so that an exported graph keeps it dynamic."""
-        count = len(per_layer)
-        flat_index = route_index + count * torch.arange(route_index.shape[0], device=route_index.device)[:, None]
-        return torch.stack(per_layer, dim=1).flatten(0, 1).index_select(0, flat_index.flatten())
-
-    def bridged_forward(
-        self,
-        layers,
-        hidden_states,
-        layer_inputs,
-        token_mask,
-        allowed_pairs,
-        output_hidden_states=False,
-        after_layer=None,
-    ):
-        """Run `layers`; `layer_inputs[idx]` is the tuple of per-layer tensors layer idx takes, `after_layer(idx,
-        layer_input, layer_output)` (optional) what the family's encoder does to a layer's output before the next layer
-        (DeBERTa's convolution after the first). Returns the last hidden state, the hidden states (or None) and the
-        auxiliary loss.
-
-        The bridge reads layer i's output H_i as layer i + 1 reads it (`layers[i + 1].bridge_read`); that is also the
-        target j's input as it reads it, so the target's routing summary is the last source's."""
-        states, summaries, keys, values = [], [], [], []
-        all_hidden = (hidden_states,) if output_hidden_states else None
-        aux_loss = hidden_states.new_zeros(())
-        last = len(layers) - 1
-        for idx, layer in enumerate(layers):
-            if layer.bridge is None:
-                output = layer(hidden_states, *NO_BRIDGE, *layer_inputs[idx])
-            else:
-                route_index, route_weight = self.bridge_router(summaries[-1], torch.stack(summaries, dim=1))
-                sources = self._gather(states, route_index).view(*route_index.shape, *hidden_states.shape[1:])
-                output, aux = layer(
-                    hidden_states,
-                    sources,
-                    route_weight,
-                    route_index,
-                    self._gather(keys, route_index) if self.source_kv else None,
-                    self._gather(values, route_index) if self.source_kv else None,
-                    token_mask,
-                    allowed_pairs,
-                    *layer_inputs[idx],
-                )
-                aux_loss = aux_loss + aux
-            if after_layer is not None:
-                output = after_layer(idx, hidden_states, output)
-            hidden_states = output
-            if idx < last:
-                following = layers[idx + 1]
-                # the reads and the keys/values are calls of the layer whose modules make them (`part`), never of
-                # its modules from here: FSDP2 and ZeRO-3 hold a layer's parameters only around its own calls
-                read = hidden_states if following.bridge_reads_output else following(hidden_states, part="read")
-                states.append(read)
-                summaries.append(pool_tokens(read, token_mask, self.pool_mode))
-                if self.source_kv:
-                    # seed section 2: a source's keys/values are its own layer's projections of its output. Calling
-                    # the modules (once per layer, shared by all targets) lets adapters and other wrappers act; reading
-                    # their weights would bypass them. Costs two projections per layer, whichever sources are picked.
-                    key, value = layer(read, part="source_kv")
-                    keys.append(key)
-                    values.append(value)
-            if output_hidden_states:
-                all_hidden = all_hidden + (hidden_states,)
-        return hidden_states, all_hidden, aux_loss
-
-
-class BridgeEncoder(BridgeStackMixin, nn.Module):
-    """The stock layer stack (`layer.N`) plus the shared router (`bridge_router`), for the BERT-like families."""
-
-    def __init__(self, config, layer_class):
-        super().__init__()
-        self.config = config
-        self.layer = nn.ModuleList([layer_class(config, layer_idx=i) for i in range(config.num_hidden_layers)])
-        self.init_bridge_stack(config)
-        self.gradient_checkpointing = False
-
-    def forward(self, hidden_states, attention_mask, token_mask, allowed_pairs, output_hidden_states=False):
-        inputs = [(attention_mask,)] * len(self.layer)
-        return self.bridged_forward(self.layer, hidden_states, inputs, token_mask, allowed_pairs, output_hidden_states)
-
-
-class DebertaV2BridgeEncoder(BridgeStackMixin, DebertaV2Encoder):
-    """DeBERTa-v2's encoder (its relative embeddings, their LayerNorm and the optional convolution keep their stock
-    names) over bridged layers; takes the (B, S) attention mask, as the stock encoder does."""
-
-    def __init__(self, config, layer_class):
-        DebertaV2Encoder.__init__(self, config)
-        self.layer = nn.ModuleList([layer_class(config, layer_idx=i) for i in range(config.num_hidden_layers)])
-        self.init_bridge_stack(config)
-
-    def forward(self, hidden_states, attention_mask, token_mask, allowed_pairs, output_hidden_states=False):
-        input_mask = attention_mask
-        inputs = (
-            self.get_attention_mask(attention_mask),
-            self.get_rel_pos(hidden_states),
-            self.get_rel_embedding(),
-        )
-
-        def after_layer(idx, layer_input, output):
-            return self.conv(layer_input, output, input_mask) if idx == 0 and self.conv is not None else output
-
-        return self.bridged_forward(
-            self.layer,
-            hidden_states,
-            [inputs] * len(self.layer),
-            token_mask,
-            allowed_pairs,
-            output_hidden_states,
-            after_layer,
-        )
-
-
 class SeedClassificationHead(nn.Module):
     """The seed's head on the first token: LayerNorm -> Linear -> ReLU -> Dropout -> Linear. Its weights are named
     `fc1`/`fc2` so that a stock head (`dense`/`out_proj`) is never loaded into it by name."""
@@ -773,46 +605,103 @@ class BridgePreTrainedMixin(ZooModelMixin):
 
 
 class BridgeModelMixin(BridgePreTrainedMixin):
-    """The bridged base model: the family's stock embeddings, its layers with the bridge, its stock pooler if any.
-
-    A family declares its `family` (`families.EncoderFamily`: the stock embeddings and pooler), `layer_class` and
-    `encoder_class`, and overrides `embed` or `encode` where its stock base model differs from BERT's."""
+    """The bridged base model: the family's stock modules under their stock names (`EncoderFamily.build_stack`:
+    embeddings, the encoder or the layers, the family's other modules, its pooler if any) with its layers bridged
+    (`layer_class`), and the routing over the layer stack, written once: one router shared by all targets
+    (`bridge_router`, on the module holding the layers) picks each target's sources, and their states (and, with
+    `qkv_kv_weights="source"`, their keys and values) are gathered vectorised over the batch. The stack runs as the
+    family's stock base model runs it (its `embed`, `layer_inputs`, `after_layer`, `final_norm`)."""
 
     family: EncoderFamily
     layer_class: type[nn.Module]
-    encoder_class: type[nn.Module] = BridgeEncoder
 
     def __init__(self, config, add_pooling_layer: bool = True):
         PreTrainedModel.__init__(self, config)
         self.config = config
         self.gradient_checkpointing = False
-        self.build_modules(config, add_pooling_layer)
+        layers = nn.ModuleList([self.layer_class(config, layer_idx=i) for i in range(config.num_hidden_layers)])
+        self.family.build_stack(self, config, layers, add_pooling_layer)
+        self.get_submodule(self.family.stack_path).bridge_router = BridgeRouter(config)
         self.post_init()
 
-    def build_modules(self, config, add_pooling_layer):
-        """The stock modules, with their stock names (BERT's layout: `embeddings`, `encoder.layer.N`, `pooler`)."""
-        self.embeddings = self.family.embeddings(config)
-        self.encoder = self.encoder_class(config, self.layer_class)
-        if self.family.pooler is not None:
-            self.pooler = self.family.pooler(config) if add_pooling_layer else None
+    @property
+    def bridge_source_kv(self) -> bool:
+        """A source's keys and values come from its own layer's projections (`qkv_kv_weights="source"`)."""
+        return self.config.bridge_mode != "hdim" and self.config.qkv_kv_weights == "source"
 
-    def embed(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds):
-        return self.embeddings(
-            input_ids=input_ids, position_ids=position_ids, token_type_ids=token_type_ids, inputs_embeds=inputs_embeds
-        )
+    @staticmethod
+    def _gather(per_layer: list[torch.Tensor], route_index: torch.Tensor) -> torch.Tensor:
+        """Each example's routed entries of a per-layer list of (B, S, H) tensors -> (B * k, S, H).
+        index_select keeps only indices for backward (an index_add), not a copy of every earlier layer. The batch size
+        is read as `shape[0]`, not `len()` (a Python int), so that an exported graph keeps it dynamic."""
+        count = len(per_layer)
+        flat_index = route_index + count * torch.arange(route_index.shape[0], device=route_index.device)[:, None]
+        return torch.stack(per_layer, dim=1).flatten(0, 1).index_select(0, flat_index.flatten())
+
+    def bridged_forward(self, hidden_states, layer_inputs, token_mask, allowed_pairs, output_hidden_states=False):
+        """Run the layers; `layer_inputs[idx]` is the tuple of per-layer tensors layer idx takes (the family's
+        `layer_inputs`), and what passes on from a layer the family's `after_layer` (DeBERTa's convolution after the
+        first). Returns the last hidden state, the hidden states (or None) and the auxiliary loss.
+
+        The bridge reads layer i's output H_i as layer i + 1 reads it (`layers[i + 1].bridge_read`); that is also the
+        target j's input as it reads it, so the target's routing summary is the last source's."""
+        layers = self.get_submodule(self.family.layer_path)
+        router = self.get_submodule(self.family.stack_path).bridge_router
+        pool_mode, source_kv = self.config.route_pool, self.bridge_source_kv
+        states, summaries, keys, values = [], [], [], []
+        all_hidden = (hidden_states,) if output_hidden_states else None
+        aux_loss = hidden_states.new_zeros(())
+        last = len(layers) - 1
+        for idx, layer in enumerate(layers):
+            if layer.bridge is None:
+                output = layer(hidden_states, *NO_BRIDGE, *layer_inputs[idx])
+            else:
+                route_index, route_weight = router(summaries[-1], torch.stack(summaries, dim=1))
+                sources = self._gather(states, route_index).view(*route_index.shape, *hidden_states.shape[1:])
+                output, aux = layer(
+                    hidden_states,
+                    sources,
+                    route_weight,
+                    route_index,
+                    self._gather(keys, route_index) if source_kv else None,
+                    self._gather(values, route_index) if source_kv else None,
+                    token_mask,
+                    allowed_pairs,
+                    *layer_inputs[idx],
+                )
+                aux_loss = aux_loss + aux
+            hidden_states = self.family.after_layer(self, idx, hidden_states, output, token_mask)
+            if idx < last:
+                following = layers[idx + 1]
+                # the reads and the keys/values are calls of the layer whose modules make them (`part`), never of
+                # its modules from here: FSDP2 and ZeRO-3 hold a layer's parameters only around its own calls
+                read = hidden_states if following.bridge_reads_output else following(hidden_states, part="read")
+                states.append(read)
+                summaries.append(pool_tokens(read, token_mask, pool_mode))
+                if source_kv:
+                    # seed section 2: a source's keys/values are its own layer's projections of its output. Calling
+                    # the modules (once per layer, shared by all targets) lets adapters and other wrappers act; reading
+                    # their weights would bypass them. Costs two projections per layer, whichever sources are picked.
+                    key, value = layer(read, part="source_kv")
+                    keys.append(key)
+                    values.append(value)
+            if output_hidden_states:
+                all_hidden = all_hidden + (hidden_states,)
+        return hidden_states, all_hidden, aux_loss
 
     def encode(self, embedding_output, attention_mask, position_ids, token_mask, allowed_pairs, output_hidden_states):
-        """The layer stack; returns the last hidden state, the hidden states (or None) and the auxiliary loss."""
-        extended_mask, _ = self._create_attention_masks(
-            attention_mask=attention_mask,
-            encoder_attention_mask=None,
-            embedding_output=embedding_output,
-            encoder_hidden_states=None,
-            **{CACHE_KWARG: None},
+        """The layer stack; returns the last hidden state (after the family's `final_norm`), the hidden states (or
+        None) and the auxiliary loss."""
+        family = self.family
+        inputs = family.layer_inputs(self, embedding_output, attention_mask, token_mask, position_ids)
+        hidden, all_hidden, aux_loss = self.bridged_forward(
+            embedding_output, inputs, token_mask, allowed_pairs, output_hidden_states
         )
-        return self.encoder(
-            embedding_output, extended_mask, token_mask, allowed_pairs, output_hidden_states=output_hidden_states
-        )
+        if family.final_norm is not None:
+            hidden = self.get_submodule(family.final_norm)(hidden)
+            if all_hidden is not None:  # the stock model's last hidden state is the normed one
+                all_hidden = (*all_hidden[:-1], hidden)
+        return hidden, all_hidden, aux_loss
 
     def _segments(self, input_ids, token_type_ids):
         """Segment id per token for cross-segment pair masks: token types, or the separator count before it."""
@@ -859,7 +748,9 @@ class BridgeModelMixin(BridgePreTrainedMixin):
         refuse_output_attentions(self, kwargs)
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
-        embedding_output = self.embed(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
+        embedding_output = self.family.embed(
+            self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds
+        )
         if attention_mask is None:
             token_mask = torch.ones(embedding_output.shape[:2], dtype=torch.bool, device=embedding_output.device)
         else:
@@ -893,21 +784,17 @@ class BridgeTaskMixin(BridgePreTrainedMixin):
 
     `label_smoothing` is an attribute (default 0.0) rather than the Trainer's `label_smoothing_factor`, because the
     Trainer's smoother recomputes the loss from the logits and would drop the bridge's auxiliary loss. A family's
-    task class declares `base_class`; the stock head is the one its family declares for the task (`stock_head`).
+    task class declares its `family` and `base_class`; the stock head is the one its family declares for the task
+    (`stock_head`).
     """
 
     # the loss is a batch mean that ignores `num_items_in_batch`, so the Trainer must divide it by the number of
     # gradient-accumulation steps itself (it would not for a model that takes **kwargs without this flag)
     accepts_loss_kwargs = False
+    family: EncoderFamily
     base_class: type[nn.Module]
     output_class: type[ModelOutput]
     head_role: str  # the `families.EncoderFamily` field of the task's stock head
-
-    def __init_subclass__(cls, **kwargs):
-        """A task class splits FSDP units as its bridged base model does (not as the stock class it extends)."""
-        super().__init_subclass__(**kwargs)
-        if "base_class" in cls.__dict__:
-            cls._no_split_modules = cls.base_class._no_split_modules
 
     def __init__(self, config):
         PreTrainedModel.__init__(self, config)
@@ -921,7 +808,7 @@ class BridgeTaskMixin(BridgePreTrainedMixin):
     @property
     def stock_head(self) -> TaskHead:
         """The family's stock head for this task (`families.TaskHead`): its `head_role`."""
-        return getattr(self.base_class.family, self.head_role)
+        return getattr(self.family, self.head_role)
 
     def uses_pooler(self, config) -> bool:
         return self.stock_head.uses_pooler
@@ -991,6 +878,11 @@ class BridgeForSequenceClassificationMixin(BridgeTaskMixin):
         return super().task_logits(outputs, attention_mask)
 
     def task_loss(self, labels, logits):
+        """The family's own loss (`TaskHead.own_loss`: DeBERTa-v2's) while `problem_type` is unset and there are
+        several labels; else the shared loss."""
+        own_loss = self.family.sequence_head.own_loss
+        if own_loss is not None and self.config.problem_type is None and self.num_labels > 1:
+            return own_loss(labels, logits, self.num_labels, self.label_smoothing)
         return classification_loss(labels, logits, self.config, self.label_smoothing)
 
 
@@ -1017,7 +909,21 @@ class BridgeForTokenClassificationMixin(BridgeTaskMixin):
         )
 
 
-# ---- the families: each is a declaration of its stock modules and roles ---------------------------------------------
+# checkpoints saved with 0-d gates exist only for the families of that time
+register_scalar_parameters(
+    [RobertaBridgeConfig.model_type, BertBridgeConfig.model_type], ["alpha_attn", "alpha_hdim", "token_temp"]
+)
+
+__all__ = ["BridgeModelOutput", "BridgeSequenceClassifierOutput", "BridgeTokenClassifierOutput"]
+
+
+# --- begin generated classes (python -m interlayer.generate_classes --fix): do not edit ---
+# each class has an `__init__` of its own, so that DeepSpeed's zero.Init partitions the mixin's parameters too
+class BertBridgeLayer(BridgeLayerMixin, BertLayer):
+    family = BERT
+
+    def __init__(self, config, layer_idx=None):
+        super().__init__(config, layer_idx)
 
 
 class BertBridgeModel(BridgeModelMixin, BertModel):
@@ -1026,12 +932,88 @@ class BertBridgeModel(BridgeModelMixin, BertModel):
     layer_class = BertBridgeLayer
     _no_split_modules = ["BertEmbeddings", "BertBridgeLayer"]
 
+    def __init__(self, config, add_pooling_layer=True):
+        super().__init__(config, add_pooling_layer)
+
+
+class BertBridgeForSequenceClassification(BridgeForSequenceClassificationMixin, BertPreTrainedModel):
+    config_class = BertBridgeConfig
+    family = BERT
+    base_class = BertBridgeModel
+    _no_split_modules = ["BertEmbeddings", "BertBridgeLayer"]
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+class BertBridgeForTokenClassification(BridgeForTokenClassificationMixin, BertPreTrainedModel):
+    config_class = BertBridgeConfig
+    family = BERT
+    base_class = BertBridgeModel
+    _no_split_modules = ["BertEmbeddings", "BertBridgeLayer"]
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+register_for_auto_classes(
+    BertBridgeConfig,
+    AutoModel=BertBridgeModel,
+    AutoModelForSequenceClassification=BertBridgeForSequenceClassification,
+    AutoModelForTokenClassification=BertBridgeForTokenClassification,
+)
+
+
+class RobertaBridgeLayer(BridgeLayerMixin, RobertaLayer):
+    family = ROBERTA
+
+    def __init__(self, config, layer_idx=None):
+        super().__init__(config, layer_idx)
+
 
 class RobertaBridgeModel(BridgeModelMixin, RobertaModel):
     config_class = RobertaBridgeConfig
     family = ROBERTA
     layer_class = RobertaBridgeLayer
     _no_split_modules = ["RobertaEmbeddings", "RobertaBridgeLayer"]
+
+    def __init__(self, config, add_pooling_layer=True):
+        super().__init__(config, add_pooling_layer)
+
+
+class RobertaBridgeForSequenceClassification(BridgeForSequenceClassificationMixin, RobertaPreTrainedModel):
+    config_class = RobertaBridgeConfig
+    family = ROBERTA
+    base_class = RobertaBridgeModel
+    _no_split_modules = ["RobertaEmbeddings", "RobertaBridgeLayer"]
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+class RobertaBridgeForTokenClassification(BridgeForTokenClassificationMixin, RobertaPreTrainedModel):
+    config_class = RobertaBridgeConfig
+    family = ROBERTA
+    base_class = RobertaBridgeModel
+    _no_split_modules = ["RobertaEmbeddings", "RobertaBridgeLayer"]
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+register_for_auto_classes(
+    RobertaBridgeConfig,
+    AutoModel=RobertaBridgeModel,
+    AutoModelForSequenceClassification=RobertaBridgeForSequenceClassification,
+    AutoModelForTokenClassification=RobertaBridgeForTokenClassification,
+)
+
+
+class XLMRobertaBridgeLayer(BridgeLayerMixin, XLMRobertaLayer):
+    family = XLM_ROBERTA
+
+    def __init__(self, config, layer_idx=None):
+        super().__init__(config, layer_idx)
 
 
 class XLMRobertaBridgeModel(BridgeModelMixin, XLMRobertaModel):
@@ -1040,170 +1022,175 @@ class XLMRobertaBridgeModel(BridgeModelMixin, XLMRobertaModel):
     layer_class = XLMRobertaBridgeLayer
     _no_split_modules = ["XLMRobertaEmbeddings", "XLMRobertaBridgeLayer"]
 
+    def __init__(self, config, add_pooling_layer=True):
+        super().__init__(config, add_pooling_layer)
+
+
+class XLMRobertaBridgeForSequenceClassification(BridgeForSequenceClassificationMixin, XLMRobertaPreTrainedModel):
+    config_class = XLMRobertaBridgeConfig
+    family = XLM_ROBERTA
+    base_class = XLMRobertaBridgeModel
+    _no_split_modules = ["XLMRobertaEmbeddings", "XLMRobertaBridgeLayer"]
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+class XLMRobertaBridgeForTokenClassification(BridgeForTokenClassificationMixin, XLMRobertaPreTrainedModel):
+    config_class = XLMRobertaBridgeConfig
+    family = XLM_ROBERTA
+    base_class = XLMRobertaBridgeModel
+    _no_split_modules = ["XLMRobertaEmbeddings", "XLMRobertaBridgeLayer"]
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+register_for_auto_classes(
+    XLMRobertaBridgeConfig,
+    AutoModel=XLMRobertaBridgeModel,
+    AutoModelForSequenceClassification=XLMRobertaBridgeForSequenceClassification,
+    AutoModelForTokenClassification=XLMRobertaBridgeForTokenClassification,
+)
+
+
+class ElectraBridgeLayer(BridgeLayerMixin, ElectraLayer):
+    family = ELECTRA
+
+    def __init__(self, config, layer_idx=None):
+        super().__init__(config, layer_idx)
+
 
 class ElectraBridgeModel(BridgeModelMixin, ElectraModel):
-    """ELECTRA: no pooler; `embeddings_project` maps `embedding_size` to `hidden_size` when they differ."""
-
     config_class = ElectraBridgeConfig
     family = ELECTRA
     layer_class = ElectraBridgeLayer
     _no_split_modules = ["ElectraEmbeddings", "ElectraBridgeLayer"]
 
-    def build_modules(self, config, add_pooling_layer):
-        super().build_modules(config, add_pooling_layer)
-        if config.embedding_size != config.hidden_size:
-            self.embeddings_project = nn.Linear(config.embedding_size, config.hidden_size)
+    def __init__(self, config, add_pooling_layer=True):
+        super().__init__(config, add_pooling_layer)
 
-    def embed(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds):
-        embedding_output = super().embed(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
-        project = getattr(self, "embeddings_project", None)
-        return project(embedding_output) if project is not None else embedding_output
+
+class ElectraBridgeForSequenceClassification(BridgeForSequenceClassificationMixin, ElectraPreTrainedModel):
+    config_class = ElectraBridgeConfig
+    family = ELECTRA
+    base_class = ElectraBridgeModel
+    _no_split_modules = ["ElectraEmbeddings", "ElectraBridgeLayer"]
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+class ElectraBridgeForTokenClassification(BridgeForTokenClassificationMixin, ElectraPreTrainedModel):
+    config_class = ElectraBridgeConfig
+    family = ELECTRA
+    base_class = ElectraBridgeModel
+    _no_split_modules = ["ElectraEmbeddings", "ElectraBridgeLayer"]
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+register_for_auto_classes(
+    ElectraBridgeConfig,
+    AutoModel=ElectraBridgeModel,
+    AutoModelForSequenceClassification=ElectraBridgeForSequenceClassification,
+    AutoModelForTokenClassification=ElectraBridgeForTokenClassification,
+)
+
+
+class DebertaV2BridgeLayer(BridgeLayerMixin, DebertaV2Layer):
+    family = DEBERTA_V2
+
+    def __init__(self, config, layer_idx=None):
+        super().__init__(config, layer_idx)
 
 
 class DebertaV2BridgeModel(BridgeModelMixin, DebertaV2Model):
-    """DeBERTa-v2/v3: no pooler; the embeddings zero padded positions, the encoder builds the relative positions."""
-
     config_class = DebertaV2BridgeConfig
     family = DEBERTA_V2
     layer_class = DebertaV2BridgeLayer
-    encoder_class = DebertaV2BridgeEncoder
     _no_split_modules = ["DebertaV2Embeddings", "DebertaV2BridgeLayer"]
 
-    def embed(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds):
-        if attention_mask is None:
-            reference = input_ids if input_ids is not None else inputs_embeds[..., 0]
-            attention_mask = torch.ones(reference.shape, device=reference.device)
-        return self.embeddings(
-            input_ids=input_ids,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            mask=attention_mask,
-            inputs_embeds=inputs_embeds,
-        )
-
-    def encode(self, embedding_output, attention_mask, position_ids, token_mask, allowed_pairs, output_hidden_states):
-        return self.encoder(
-            embedding_output, token_mask.long(), token_mask, allowed_pairs, output_hidden_states=output_hidden_states
-        )
+    def __init__(self, config, add_pooling_layer=True):
+        super().__init__(config, add_pooling_layer)
 
 
-class ModernBertBridgeModel(BridgeStackMixin, BridgeModelMixin, ModernBertModel):
-    """ModernBERT: no encoder module (the layers are `layers.N` on the base model, which holds the router), alternating
-    full and sliding-window attention with rotary positions, and a final norm. No pooler."""
+class DebertaV2BridgeForSequenceClassification(BridgeForSequenceClassificationMixin, DebertaV2PreTrainedModel):
+    config_class = DebertaV2BridgeConfig
+    family = DEBERTA_V2
+    base_class = DebertaV2BridgeModel
+    _no_split_modules = ["DebertaV2Embeddings", "DebertaV2BridgeLayer"]
 
+    def __init__(self, config):
+        super().__init__(config)
+
+
+class DebertaV2BridgeForTokenClassification(BridgeForTokenClassificationMixin, DebertaV2PreTrainedModel):
+    config_class = DebertaV2BridgeConfig
+    family = DEBERTA_V2
+    base_class = DebertaV2BridgeModel
+    _no_split_modules = ["DebertaV2Embeddings", "DebertaV2BridgeLayer"]
+
+    def __init__(self, config):
+        super().__init__(config)
+
+
+register_for_auto_classes(
+    DebertaV2BridgeConfig,
+    AutoModel=DebertaV2BridgeModel,
+    AutoModelForSequenceClassification=DebertaV2BridgeForSequenceClassification,
+    AutoModelForTokenClassification=DebertaV2BridgeForTokenClassification,
+)
+
+
+class ModernBertBridgeLayer(BridgeLayerMixin, ModernBertEncoderLayer):
+    family = MODERNBERT
+
+    def __init__(self, config, layer_idx=None):
+        super().__init__(config, layer_idx)
+
+
+class ModernBertBridgeModel(BridgeModelMixin, ModernBertModel):
     config_class = ModernBertBridgeConfig
     family = MODERNBERT
     layer_class = ModernBertBridgeLayer
     _no_split_modules = ["ModernBertEmbeddings", "ModernBertBridgeLayer"]
 
-    def build_modules(self, config, add_pooling_layer):
-        self.embeddings = self.family.embeddings(config)
-        self.layers = nn.ModuleList([self.layer_class(config, layer_idx=i) for i in range(config.num_hidden_layers)])
-        self.final_norm = nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias)
-        self.rotary_emb = ModernBertRotaryEmbedding(config=config)
-        self.init_bridge_stack(config)
-
-    def embed(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds):
-        return self.embeddings(input_ids=input_ids, inputs_embeds=inputs_embeds)
-
-    def encode(self, embedding_output, attention_mask, position_ids, token_mask, allowed_pairs, output_hidden_states):
-        if position_ids is None:
-            position_ids = torch.arange(embedding_output.shape[1], device=embedding_output.device).unsqueeze(0)
-        mask_kwargs = {"config": self.config, "inputs_embeds": embedding_output, "attention_mask": attention_mask}
-        masks = {
-            "full_attention": create_bidirectional_mask(**mask_kwargs),
-            "sliding_attention": create_bidirectional_sliding_window_mask(**mask_kwargs),
-        }
-        rotary = {kind: self.rotary_emb(embedding_output, position_ids, kind) for kind in set(self.config.layer_types)}
-        inputs = [(masks[layer.attention_type], *rotary[layer.attention_type]) for layer in self.layers]
-        hidden, all_hidden, aux_loss = self.bridged_forward(
-            self.layers, embedding_output, inputs, token_mask, allowed_pairs, output_hidden_states
-        )
-        hidden = self.final_norm(hidden)
-        if all_hidden is not None:  # the stock model's last hidden state is the normed one
-            all_hidden = (*all_hidden[:-1], hidden)
-        return hidden, all_hidden, aux_loss
-
-
-class BertBridgeForSequenceClassification(BridgeForSequenceClassificationMixin, BertPreTrainedModel):
-    config_class = BertBridgeConfig
-    base_class = BertBridgeModel
-
-
-class RobertaBridgeForSequenceClassification(BridgeForSequenceClassificationMixin, RobertaPreTrainedModel):
-    config_class = RobertaBridgeConfig
-    base_class = RobertaBridgeModel
-
-
-class XLMRobertaBridgeForSequenceClassification(BridgeForSequenceClassificationMixin, XLMRobertaPreTrainedModel):
-    config_class = XLMRobertaBridgeConfig
-    base_class = XLMRobertaBridgeModel
-
-
-class ElectraBridgeForSequenceClassification(BridgeForSequenceClassificationMixin, ElectraPreTrainedModel):
-    config_class = ElectraBridgeConfig
-    base_class = ElectraBridgeModel
-
-
-class DebertaV2BridgeForSequenceClassification(BridgeForSequenceClassificationMixin, DebertaV2PreTrainedModel):
-    config_class = DebertaV2BridgeConfig
-    base_class = DebertaV2BridgeModel
-
-    def task_loss(self, labels, logits):
-        """DeBERTa-v2's own loss while `problem_type` is unset: examples with a negative label are left out of the
-        cross-entropy (a batch without a labelled one gives 0) and soft labels (one column per class) take the
-        soft-target cross-entropy; with `problem_type` set, or one label (regression), the shared loss."""
-        if self.config.problem_type is not None or self.num_labels == 1:
-            return classification_loss(labels, logits, self.config, self.label_smoothing)
-        if labels.dim() == 1 or labels.size(-1) == 1:
-            labels = labels.view(-1).long()
-            labelled = labels >= 0
-            losses = F.cross_entropy(
-                logits.view(-1, self.num_labels).float(),
-                labels.clamp(min=0),
-                reduction="none",
-                label_smoothing=self.label_smoothing,
-            )
-            return (losses * labelled).sum() / labelled.sum().clamp(min=1)
-        return -(F.log_softmax(logits, -1) * labels).sum(-1).mean()
+    def __init__(self, config, add_pooling_layer=True):
+        super().__init__(config, add_pooling_layer)
 
 
 class ModernBertBridgeForSequenceClassification(BridgeForSequenceClassificationMixin, ModernBertPreTrainedModel):
     config_class = ModernBertBridgeConfig
+    family = MODERNBERT
     base_class = ModernBertBridgeModel
+    _no_split_modules = ["ModernBertEmbeddings", "ModernBertBridgeLayer"]
 
-
-class BertBridgeForTokenClassification(BridgeForTokenClassificationMixin, BertPreTrainedModel):
-    config_class = BertBridgeConfig
-    base_class = BertBridgeModel
-
-
-class RobertaBridgeForTokenClassification(BridgeForTokenClassificationMixin, RobertaPreTrainedModel):
-    config_class = RobertaBridgeConfig
-    base_class = RobertaBridgeModel
-
-
-class XLMRobertaBridgeForTokenClassification(BridgeForTokenClassificationMixin, XLMRobertaPreTrainedModel):
-    config_class = XLMRobertaBridgeConfig
-    base_class = XLMRobertaBridgeModel
-
-
-class ElectraBridgeForTokenClassification(BridgeForTokenClassificationMixin, ElectraPreTrainedModel):
-    config_class = ElectraBridgeConfig
-    base_class = ElectraBridgeModel
-
-
-class DebertaV2BridgeForTokenClassification(BridgeForTokenClassificationMixin, DebertaV2PreTrainedModel):
-    config_class = DebertaV2BridgeConfig
-    base_class = DebertaV2BridgeModel
+    def __init__(self, config):
+        super().__init__(config)
 
 
 class ModernBertBridgeForTokenClassification(BridgeForTokenClassificationMixin, ModernBertPreTrainedModel):
     config_class = ModernBertBridgeConfig
+    family = MODERNBERT
     base_class = ModernBertBridgeModel
+    _no_split_modules = ["ModernBertEmbeddings", "ModernBertBridgeLayer"]
+
+    def __init__(self, config):
+        super().__init__(config)
 
 
-FAMILIES = {  # stock model_type -> (config, base model, sequence classification, token classification)
+register_for_auto_classes(
+    ModernBertBridgeConfig,
+    AutoModel=ModernBertBridgeModel,
+    AutoModelForSequenceClassification=ModernBertBridgeForSequenceClassification,
+    AutoModelForTokenClassification=ModernBertBridgeForTokenClassification,
+)
+
+
+# stock model_type -> (config, base model, SequenceClassification class, TokenClassification class)
+FAMILIES = {
     "bert": (BertBridgeConfig, BertBridgeModel, BertBridgeForSequenceClassification, BertBridgeForTokenClassification),
     "roberta": (
         RobertaBridgeConfig,
@@ -1236,22 +1223,26 @@ FAMILIES = {  # stock model_type -> (config, base model, sequence classification
         ModernBertBridgeForTokenClassification,
     ),
 }
-for _config, _base, _sequence, _token in FAMILIES.values():
-    register_for_auto_classes(
-        _config,
-        AutoModel=_base,
-        AutoModelForSequenceClassification=_sequence,
-        AutoModelForTokenClassification=_token,
-    )
-# checkpoints saved with 0-d gates exist only for the families of that time
-register_scalar_parameters(
-    [RobertaBridgeConfig.model_type, BertBridgeConfig.model_type], ["alpha_attn", "alpha_hdim", "token_temp"]
-)
 
-__all__ = [
+__all__ += [
     "FAMILIES",
-    "BridgeModelOutput",
-    "BridgeSequenceClassifierOutput",
-    "BridgeTokenClassifierOutput",
-    *(cls.__name__ for classes in FAMILIES.values() for cls in classes[1:]),
+    "BertBridgeForSequenceClassification",
+    "BertBridgeForTokenClassification",
+    "BertBridgeModel",
+    "DebertaV2BridgeForSequenceClassification",
+    "DebertaV2BridgeForTokenClassification",
+    "DebertaV2BridgeModel",
+    "ElectraBridgeForSequenceClassification",
+    "ElectraBridgeForTokenClassification",
+    "ElectraBridgeModel",
+    "ModernBertBridgeForSequenceClassification",
+    "ModernBertBridgeForTokenClassification",
+    "ModernBertBridgeModel",
+    "RobertaBridgeForSequenceClassification",
+    "RobertaBridgeForTokenClassification",
+    "RobertaBridgeModel",
+    "XLMRobertaBridgeForSequenceClassification",
+    "XLMRobertaBridgeForTokenClassification",
+    "XLMRobertaBridgeModel",
 ]
+# --- end generated classes ---

@@ -18,33 +18,34 @@ from torch import nn
 from transformers import PreTrainedModel
 from transformers.loss.loss_utils import ForSequenceClassificationLoss
 from transformers.modeling_outputs import ModelOutput
-from transformers.models.bert.modeling_bert import (
-    BertLayer,
-    BertModel,
-    BertPreTrainedModel,
-    BertSelfAttention,
-)
 from transformers.models.bert.modeling_bert import eager_attention_forward as bert_eager_attention_forward
+from transformers.utils.generic import can_return_tuple
+
+from .encoder_families import EncoderFamily
+from .sentinel_common import SentinelGates, SentinelPreTrainedMixin
+from .zoo_common import register_for_auto_classes, take_cache
+
+# isort: split
+# --- begin generated imports (python -m interlayer.generate_classes --fix): do not edit ---
+from transformers.models.bert.modeling_bert import BertLayer, BertModel, BertPreTrainedModel, BertSelfAttention
 from transformers.models.roberta.modeling_roberta import (
     RobertaLayer,
     RobertaModel,
     RobertaPreTrainedModel,
     RobertaSelfAttention,
 )
-from transformers.utils.generic import can_return_tuple
 
 from .configuration_sentinel_encoders import BertSentinelConfig, RobertaSentinelConfig
-from .encoder_families import BERT, ROBERTA, EncoderFamily
-from .sentinel_common import SentinelGates, SentinelPreTrainedMixin
-from .zoo_common import (
-    register_for_auto_classes,
-    take_cache,
-)
+from .encoder_families import BERT, ROBERTA
+
+# --- end generated imports ---
 
 
 class EncoderSentinelSelfAttention(SentinelGates):
     """The BERT family's self-attention (BERT, RoBERTa) with one sentinel gate per head: the stock forward, with
-    `attend` in place of the attention function. Its output projection is the sibling `attention.output.dense`."""
+    `attend` in place of the attention function. Its output projection is the sibling `attention.output.dense`. The
+    classes on each family, at the end of this file, are written by `python -m interlayer.generate_classes --fix`
+    from the mechanism's record (its `EncoderClasses`)."""
 
     def __init__(self, config, is_causal=False, layer_idx=None):
         super().__init__(config, is_causal=is_causal, layer_idx=layer_idx)
@@ -77,16 +78,6 @@ class EncoderSentinelSelfAttention(SentinelGates):
         return attn_output.reshape(*input_shape, -1).contiguous(), attn_weights
 
 
-class BertSentinelSelfAttention(EncoderSentinelSelfAttention, BertSelfAttention):
-    def __init__(self, *args, **kwargs):  # its own, so that DeepSpeed's zero.Init partitions the gates too: it
-        super().__init__(*args, **kwargs)  # partitions a module's parameters when its outermost own __init__ returns
-
-
-class RobertaSentinelSelfAttention(EncoderSentinelSelfAttention, RobertaSelfAttention):
-    def __init__(self, *args, **kwargs):  # as BertSentinelSelfAttention
-        super().__init__(*args, **kwargs)
-
-
 class EncoderSentinelLayerMixin:
     """A stock BERT-family layer whose self-attention is gated (and, once pruned, its output projection smaller)."""
 
@@ -98,14 +89,6 @@ class EncoderSentinelLayerMixin:
         heads = self.attention.self.num_heads
         if heads != config.num_attention_heads:
             self.attention.output.dense = nn.Linear(heads * self.attention.self.head_dim, config.hidden_size)
-
-
-class BertSentinelLayer(EncoderSentinelLayerMixin, BertLayer):
-    attention_class = BertSentinelSelfAttention
-
-
-class RobertaSentinelLayer(EncoderSentinelLayerMixin, RobertaLayer):
-    attention_class = RobertaSentinelSelfAttention
 
 
 @dataclass
@@ -128,18 +111,15 @@ class EncoderSentinelModelMixin(EncoderSentinelPreTrainedMixin):
     """A BERT-family encoder with sentinel-gated self-attention: the family's stock embeddings, encoder (its layers
     gated) and pooler, and the stock forward."""
 
+    family: EncoderFamily
     layer_class: type
 
     def __init__(self, config, add_pooling_layer: bool = True):
         PreTrainedModel.__init__(self, config)
         self.config = config
         self.gradient_checkpointing = False
-        self.embeddings = self.family.embeddings(config)
-        self.encoder = self.family.encoder(config)
-        self.encoder.layer = nn.ModuleList(
-            [self.layer_class(config, layer_idx=i) for i in range(config.num_hidden_layers)]
-        )
-        self.pooler = self.family.pooler(config) if add_pooling_layer else None
+        layers = nn.ModuleList([self.layer_class(config, layer_idx=i) for i in range(config.num_hidden_layers)])
+        self.family.build_stack(self, config, layers, add_pooling_layer)
         self.post_init()
 
 
@@ -198,11 +178,32 @@ class EncoderSentinelForSequenceClassificationMixin(EncoderSentinelPreTrainedMix
         )
 
 
+__all__ = ["SentinelSequenceClassifierOutput"]
+
+
+# --- begin generated classes (python -m interlayer.generate_classes --fix): do not edit ---
+# each class has an `__init__` of its own, so that DeepSpeed's zero.Init partitions the mixin's parameters too
+class BertSentinelSelfAttention(EncoderSentinelSelfAttention, BertSelfAttention):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+
+
+class BertSentinelLayer(EncoderSentinelLayerMixin, BertLayer):
+    family = BERT
+    attention_class = BertSentinelSelfAttention
+
+    def __init__(self, config, layer_idx=None):
+        super().__init__(config, layer_idx)
+
+
 class BertSentinelModel(EncoderSentinelModelMixin, BertModel):
     config_class = BertSentinelConfig
     family = BERT
     layer_class = BertSentinelLayer
     _no_split_modules = ["BertEmbeddings", "BertSentinelLayer"]
+
+    def __init__(self, config, add_pooling_layer=True):
+        super().__init__(config, add_pooling_layer)
 
 
 class BertSentinelForSequenceClassification(EncoderSentinelForSequenceClassificationMixin, BertPreTrainedModel):
@@ -211,12 +212,38 @@ class BertSentinelForSequenceClassification(EncoderSentinelForSequenceClassifica
     base_class = BertSentinelModel
     _no_split_modules = ["BertEmbeddings", "BertSentinelLayer"]
 
+    def __init__(self, config):
+        super().__init__(config)
+
+
+register_for_auto_classes(
+    BertSentinelConfig,
+    AutoModel=BertSentinelModel,
+    AutoModelForSequenceClassification=BertSentinelForSequenceClassification,
+)
+
+
+class RobertaSentinelSelfAttention(EncoderSentinelSelfAttention, RobertaSelfAttention):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+
+
+class RobertaSentinelLayer(EncoderSentinelLayerMixin, RobertaLayer):
+    family = ROBERTA
+    attention_class = RobertaSentinelSelfAttention
+
+    def __init__(self, config, layer_idx=None):
+        super().__init__(config, layer_idx)
+
 
 class RobertaSentinelModel(EncoderSentinelModelMixin, RobertaModel):
     config_class = RobertaSentinelConfig
     family = ROBERTA
     layer_class = RobertaSentinelLayer
     _no_split_modules = ["RobertaEmbeddings", "RobertaSentinelLayer"]
+
+    def __init__(self, config, add_pooling_layer=True):
+        super().__init__(config, add_pooling_layer)
 
 
 class RobertaSentinelForSequenceClassification(EncoderSentinelForSequenceClassificationMixin, RobertaPreTrainedModel):
@@ -225,22 +252,28 @@ class RobertaSentinelForSequenceClassification(EncoderSentinelForSequenceClassif
     base_class = RobertaSentinelModel
     _no_split_modules = ["RobertaEmbeddings", "RobertaSentinelLayer"]
 
+    def __init__(self, config):
+        super().__init__(config)
 
-register_for_auto_classes(
-    BertSentinelConfig,
-    AutoModel=BertSentinelModel,
-    AutoModelForSequenceClassification=BertSentinelForSequenceClassification,
-)
+
 register_for_auto_classes(
     RobertaSentinelConfig,
     AutoModel=RobertaSentinelModel,
     AutoModelForSequenceClassification=RobertaSentinelForSequenceClassification,
 )
 
-__all__ = [
+
+# stock model_type -> (config, base model, SequenceClassification class)
+FAMILIES = {
+    "bert": (BertSentinelConfig, BertSentinelModel, BertSentinelForSequenceClassification),
+    "roberta": (RobertaSentinelConfig, RobertaSentinelModel, RobertaSentinelForSequenceClassification),
+}
+
+__all__ += [
+    "FAMILIES",
     "BertSentinelForSequenceClassification",
     "BertSentinelModel",
     "RobertaSentinelForSequenceClassification",
     "RobertaSentinelModel",
-    "SentinelSequenceClassifierOutput",
 ]
+# --- end generated classes ---

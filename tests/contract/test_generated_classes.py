@@ -11,7 +11,7 @@ import re
 
 import interlayer
 from interlayer import generate_classes
-from interlayer.models import decoder_families, seq2seq_families
+from interlayer.models import decoder_families, encoder_families, seq2seq_families
 from interlayer.models.modeling_sentinel import GPT2SentinelLMHeadModel, GPT2SentinelModel
 from interlayer.zoo import ZOO
 
@@ -37,7 +37,8 @@ def test_every_registered_class_is_a_class_statement_of_its_file():
     the layers and attentions the generator writes), once, in the file its `__module__` names."""
     statements = _class_statements()
     classes = {cls for e in ZOO for cls in (e.config_class, e.model_class)}
-    classes |= {getattr(e.model_class, "decoder_layer_class", None) for e in ZOO} - {None}
+    classes |= {getattr(e.model_class, name, None) for e in ZOO for name in ("decoder_layer_class", "layer_class")}
+    classes -= {None}
     classes |= {getattr(layer, "attention_class", None) for layer in classes} - {None}
     for cls in classes:
         assert statements.get(cls.__name__) == [cls.__module__.rpartition(".")[2] + ".py"], cls.__name__
@@ -122,6 +123,33 @@ def test_a_new_seq2seq_family_is_one_declaration(monkeypatch):
     t5_lm = block["classes"].split("class T5AttentionBridgeForConditionalGeneration(")[1].split("\n\n\n")[0]
     assert "AttentionBridgeSeq2SeqMixin" in t5_lm and "base_class" not in t5_lm
     compile(generate_classes.rendered(path), str(path), "exec")
+
+
+def test_a_new_encoder_family_is_one_declaration(monkeypatch):
+    """An `EncoderFamily` declared in `encoder_families.py` gets the bridges' config, layer, base model and task
+    classes (registration, `FAMILIES` and exports included) from the generator, as valid Python; the sentinel's
+    encoders are the families its self-attention forward is written for."""
+    monkeypatch.setattr(
+        encoder_families,
+        "NEWENC",
+        dataclasses.replace(encoder_families.ROBERTA, model_type="newenc", name="NewEnc"),
+        raising=False,
+    )
+    blocks = generate_classes.blocks()
+    modeling = blocks[PACKAGE / "models" / "modeling_bridge.py"]
+    assert "class NewEncBridgeLayer(BridgeLayerMixin, RobertaLayer):" in modeling["classes"]
+    assert "class NewEncBridgeModel(BridgeModelMixin, RobertaModel):" in modeling["classes"]
+    task = "class NewEncBridgeForTokenClassification(BridgeForTokenClassificationMixin, RobertaPreTrainedModel):"
+    assert task in modeling["classes"]
+    assert "AutoModelForSequenceClassification=NewEncBridgeForSequenceClassification" in modeling["classes"]
+    assert '    "newenc": (' in modeling["classes"] and '"NewEncBridgeModel"' in modeling["classes"]
+    assert "NEWENC" in modeling["imports"] and "NewEncBridgeConfig" in modeling["imports"]
+    config = blocks[PACKAGE / "models" / "configuration_bridge.py"]["classes"]
+    assert "class NewEncBridgeConfig(BridgeConfigMixin, RobertaConfig, BridgeFields):" in config
+    assert 'model_type = "newenc_bridge"' in config and "default_sep_token_id = 2" in config
+    assert "NewEnc" not in blocks[PACKAGE / "models" / "modeling_sentinel_encoders.py"]["classes"]
+    for path in blocks:
+        compile(generate_classes.rendered(path), str(path), "exec")
 
 
 # the model files' layers, lowest first: a file imports only files of lower layers (so no cycle), and only from this

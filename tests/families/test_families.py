@@ -1,12 +1,13 @@
-"""Every family (`decoder_families.py`, `encoder_families.py`, `seq2seq_families.py`) names modules its stock model
-has: an encoder's stock embeddings, encoder and pooler classes, the layers where it says, of the stock layer class,
-and in each layer the attention, the query/key/value and output projections its heads are laid out in, the head count
-and size it reads, and a pre-norm encoder's attention norm; a seq2seq family's encoder, decoder and the class owning
-them. The sentinel and the bridges read their roles from these declarations (each mechanism's conformance suite runs
-them on every family)."""
+"""Every family (`decoder_families.py`, `encoder_families.py`, `seq2seq_families.py`) names modules its stock model has:
+an encoder's stock base model, embeddings, encoder, pooler and self-attention classes, the stock weight names its
+`build_stack` gives a base model, the layers where it says, of the stock layer class, and in each layer the attention,
+the query/key/value and output projections its heads are laid out in, the head count and size it reads, and a pre-norm
+encoder's attention norm; a seq2seq family's encoder, decoder and the class owning them. The sentinel and the bridges
+read their roles from these declarations (each mechanism's conformance suite runs them on every family)."""
 
 import pytest
 from stock_checkpoints import TINY_BART, TINY_DECODER, TINY_T5, tiny_stock_config
+from torch import nn
 from transformers import AutoModel
 
 from interlayer.models.decoder_families import DECODER_FAMILIES
@@ -32,11 +33,17 @@ def _features(module, side: str) -> int:
 def test_the_family_names_its_stock_modules(family):
     model = _stock_base_model(family)
     config, heads = model.config, family.heads
+    layers = model.get_submodule(family.layer_path)
     if isinstance(family, EncoderFamily):
+        assert type(model) is family.model and isinstance(model, family.pretrained)
         assert type(model.embeddings) is family.embeddings
         assert family.encoder is None or type(model.encoder) is family.encoder
         assert type(getattr(model, "pooler", None)) is (family.pooler or type(None))
-    layers = model.get_submodule(family.layer_path)
+        assert all(type(layer.get_submodule(heads.attention)) is family.attention for layer in layers)
+        # `build_stack` gives a base model the stock modules under their stock names, around the layers it is given
+        built = nn.Module()
+        family.build_stack(built, config, layers, add_pooling_layer=True)
+        assert set(built.state_dict()) == set(model.state_dict())
     assert len(layers) == config.num_hidden_layers
     for layer in layers:
         assert isinstance(layer, family.layer)
