@@ -398,7 +398,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser(
         "bench", help="every mechanism's overhead against its stock model, in one run (speed, memory)"
     )
-    bench.add_argument("--cases", nargs="+", help="default: every case of interlayer.bench.CASES")
+    bench.add_argument(
+        "--cases", nargs="+", action="extend", help="default: every case of interlayer.bench.CASES; repeatable"
+    )
     bench.add_argument("--out", default="bench", help="folder for bench.json and bench.md")
     bench.add_argument(
         "--quick",
@@ -428,9 +430,13 @@ def build_parser() -> argparse.ArgumentParser:
         "results",
         help="every seed's experiment as a recipe, against LoRA, plain and full fine-tuning, several seeds (resumable)",
     )
-    results.add_argument("--recipes", nargs="+", help="default: every recipe (see --plan)")
-    results.add_argument("--methods", nargs="+", help="only these methods of each recipe (default: all)")
-    results.add_argument("--seeds", nargs="+", type=int, help="default: the scale's seeds (cpu: 0 1 2)")
+    results.add_argument("--recipes", nargs="+", action="extend", help="default: every recipe (see --plan); repeatable")
+    results.add_argument(
+        "--methods", nargs="+", action="extend", help="only these methods of each recipe (default: all); repeatable"
+    )
+    results.add_argument(
+        "--seeds", nargs="+", action="extend", type=int, help="default: the scale's seeds (cpu: 0 1 2); repeatable"
+    )
     results.add_argument(
         "--scale",
         default="cpu",

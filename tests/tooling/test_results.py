@@ -261,6 +261,13 @@ def test_bad_command_lines_name_the_option(capsys):
     assert "Qwen3-0.6B" in capsys.readouterr().out
 
 
+def test_a_repeated_list_option_adds_to_the_list(capsys):
+    """`--recipes a --recipes b` plans both (argparse's `nargs="+"` alone kept the last repeat only)."""
+    assert main(["results", "--quick", "--recipes", "hc-gsm8k", "--recipes", "latent-gsm8k", "--plan"]) == 0
+    planned = [line.split(" ")[0] for line in capsys.readouterr().out.splitlines() if not line.startswith(" ")]
+    assert planned[:2] == ["hc-gsm8k", "latent-gsm8k"]
+
+
 def test_the_plan_counts_the_runs_and_estimates_their_cost(capsys):
     assert main(["results", "--plan"]) == 0
     out = capsys.readouterr().out
