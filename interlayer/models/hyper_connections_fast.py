@@ -41,6 +41,7 @@ import math
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 from torch.utils.checkpoint import checkpoint
 
 from .hyper_connections_kernels import kernels_for
@@ -605,7 +606,10 @@ class FastGatedResidualMixin:
             recompute.reading(streams)
         read, weights = self._reader(input_norm)
         grad = torch.is_grad_enabled()
-        x, write, gate = _GatedRead.apply(read, streams, *weights) if grad else read(streams, *weights)
+        # under a dispatch mode (torch's FlopCounterMode) autograd keeps the read: the mode's module hooks cannot run
+        # inside the `autograd.grad` that computes it again in backward
+        again = grad and not is_in_torch_dispatch_mode()
+        x, write, gate = _GatedRead.apply(read, streams, *weights) if again else read(streams, *weights)
         write = write.to(streams.dtype)
         if gain is not None and not gain.closed:  # each stream's mean share of the read, gate_k G_k / K
             share = torch.linalg.vecdot(gate, self.norm_gain.detach().float()) / self.streams

@@ -446,6 +446,28 @@ def test_fast_gated_residual_under_checkpointing_and_recomputation(stock_folders
             torch.testing.assert_close(other[name], grad, rtol=1e-5, atol=1e-6, msg=name)
 
 
+def test_fast_gated_residual_trains_under_a_flop_counter(stock_folders):
+    """Under torch's FlopCounterMode (a dispatch mode whose module hooks `interlayer bench` counts a training step's
+    FLOPs with) the fast gated residual takes the plain autograd path: the step counts FLOPs and gives the eager
+    implementation's gradients (before: its read computed again in backward failed in torch's hooks, "A leaf node
+    was passed to _will_engine_execute_node")."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    batch = lm_batch(lengths=(9, 9))
+    batch["labels"] = lm_labels(batch)
+    grads = []
+    for implementation in ("eager", "fast"):
+        model = converted(stock_folders["gemma2"], "gemma2", seed=0, hc_implementation=implementation,
+                          freeze_base=False, **FORMS["gated"])  # fmt: skip
+        with FlopCounterMode(display=False) as counter:
+            model.train()(**batch).loss.backward()
+        assert counter.get_total_flops() > 0
+        grads.append({n: p.grad for n, p in model.named_parameters() if p.grad is not None})
+    assert grads[1].keys() == grads[0].keys()
+    for name, grad in grads[0].items():
+        torch.testing.assert_close(grads[1][name], grad, rtol=1e-5, atol=1e-5, msg=lambda m: f"{name}: {m}")
+
+
 # -- exact starts and tolerances ---------------------------------------------------------------------------------------
 
 
