@@ -104,24 +104,28 @@ LR_GRID = (1.0, 10.0, 100.0)
 outside rerun of issue 38 found LoRA best at 5-100 times its rate, HC at 10 times, over these short runs."""
 
 
-def methods_for(mechanism: str, seed_options: dict, seed_lr: float, schedule: str) -> dict[str, Method]:
-    """The five methods of a decoder recipe. The seed's recipe trains the mechanism alone at the seed's learning
-    rate; the retrofit recipe (identity at conversion, new parameters at 100x the base learning rate, the base
-    training too) is the one Delta Attention Residuals used on Qwen3-0.6B. LoRA and the last layers train as many
-    parameters as the mechanism adds; full fine-tuning trains every weight at the base learning rate."""
+def methods_for(
+    mechanism: str, options: dict, alone_lr: float, schedule: str, alone: str = "seed"
+) -> dict[str, Method]:
+    """The five methods of a decoder recipe. `alone` (named `seed` where a seed document gives the mechanism its
+    recipe: its options and learning rate) trains the mechanism alone, the base frozen; the retrofit recipe
+    (identity at conversion, new parameters at 100x the base learning rate, the base training too) is the one Delta
+    Attention Residuals used on Qwen3-0.6B. LoRA and the last layers train as many parameters as the mechanism adds;
+    full fine-tuning trains every weight at the base learning rate."""
     base_lr = 2e-5
+    rate = f"lr {lr(alone_lr)} (the seed's rate)" if alone == "seed" else f"lr {lr(alone_lr)}"
     return {
-        "seed": Method(
+        alone: Method(
             mechanism,
-            {**seed_options, "freeze_base": True},
+            {**options, "freeze_base": True},
             "mechanism",
-            {"new": seed_lr},
+            {"new": alone_lr},
             schedule,
-            about=f"the mechanism alone, base frozen, lr {lr(seed_lr)} (the seed's rate)",
+            about=f"the mechanism alone, base frozen, {rate}",
         ),
         "retrofit": Method(
             mechanism,
-            {**seed_options, "identity_init": True, "freeze_base": False},
+            {**options, "identity_init": True, "freeze_base": False},
             "mechanism+base",
             {"base": base_lr, "new": 100 * base_lr},
             schedule,
@@ -135,10 +139,15 @@ def methods_for(mechanism: str, seed_options: dict, seed_lr: float, schedule: st
     }
 
 
+def alone_method(methods: dict[str, Method]) -> Method:
+    """The method that trains the mechanism alone: the budget LoRA and the top tensors train."""
+    return next(m for m in methods.values() if m.trains == "mechanism")
+
+
 HC_OPTIONS = dict(hc_mode="static", hc_streams=4)
 LATENT_OPTIONS = dict(latent_source="same_position", identity_init=False)  # the seed's init: gate 0.5, Xavier up
-HC_METHODS = methods_for("hyper-connections", HC_OPTIONS, seed_lr=2e-5, schedule="cosine")
-LATENT_METHODS = methods_for("latent", LATENT_OPTIONS, seed_lr=1e-4, schedule="linear")
+HC_METHODS = methods_for("hyper-connections", HC_OPTIONS, alone_lr=2e-5, schedule="cosine")
+LATENT_METHODS = methods_for("latent", LATENT_OPTIONS, alone_lr=1e-4, schedule="linear")
 
 
 def gsm8k_texts(scale: LMScale) -> tuple[list[str], list[str], list[str]]:
@@ -287,7 +296,7 @@ def lm_run(methods: dict[str, Method], scales: dict[str, LMScale]):
         from transformers import AutoModelForCausalLM
 
         model, classify, details = build(
-            method, checkpoint, methods["seed"], seed, AutoModelForCausalLM, LLAMA_LORA_SETS
+            method, checkpoint, alone_method(methods), seed, AutoModelForCausalLM, LLAMA_LORA_SETS
         )
         model = model.to(device)
         groups = param_groups(model, rates, classify, weight_decay=0.0)
@@ -371,7 +380,11 @@ COST = {
 }
 
 
-def estimate_for(mechanism: str, scales: dict[str, LMScale]):
+def estimate_for(mechanism: str, scales: dict[str, LMScale], step: dict[str, float] | None = None):
+    """`Recipe.estimate` of a decoder recipe; `step`: seconds per cpu-scale training step of each method (default:
+    `COST["step"][mechanism]`)."""
+    step = step or COST["step"][mechanism]
+
     def estimate(method: str, scale: str, tuning: bool) -> Estimate:
         c = SCALES[scale]
         steps = c.train_blocks // c.batch
@@ -381,7 +394,7 @@ def estimate_for(mechanism: str, scales: dict[str, LMScale]):
             passes = 2 if mechanism == "latent" and method in ("seed", "retrofit") else 1
             tokens = c.validation_blocks * c.block + (0 if tuning else COST["test_tokens"])
             evaluation = passes * tokens / 1024 * COST["forward_per_1024_tokens"]
-            return Estimate(seconds=COST["load"] + steps * COST["step"][mechanism][method] + evaluation)
+            return Estimate(seconds=COST["load"] + steps * step[method] + evaluation)
         return seed_estimate(mechanism, method, tuning, scales["seed"])
 
     return estimate
@@ -426,9 +439,13 @@ def seed_estimate(mechanism: str, method: str, tuning: bool, scale: LMScale) -> 
     )
 
 
-# the seed's recipe trains the mechanism alone, at the baselines' budget (and against full fine-tuning, how far it is
-# from training everything); the retrofit trains the base too
-COMPARISONS = (("seed", "lora"), ("seed", "last-layers"), ("seed", "full"), ("retrofit", "full"))
+def comparisons_for(alone: str) -> tuple[tuple[str, str], ...]:
+    """The mechanism alone against the baselines at its budget (and against full fine-tuning: how far it is from
+    training everything); the retrofit, which trains the base too, against full fine-tuning."""
+    return ((alone, "lora"), (alone, "last-layers"), (alone, "full"), ("retrofit", "full"))
+
+
+COMPARISONS = comparisons_for("seed")
 CPU_METHODS = ("seed", "lora", "last-layers", "full")
 """The cpu scale leaves out `retrofit`: with its sweep and seeds it would add about 40 minutes to a scale that
 already takes about 3 hours (`--methods retrofit` runs it)."""
@@ -493,3 +510,80 @@ RECIPES = [
         estimate=estimate_for("latent", LATENT_SCALES),
     ),
 ]
+
+ALONE_LR = 1e-3
+"""The rate of a form trained alone where no seed gives one: the sweep tries 1e-3, 1e-2 and 1e-1."""
+STEP_RATIO = {
+    "hc-independent": 1.17,
+    "hc-gated": 1.0,
+    "mhc-glm5": 1.0,
+    "depth-dwa": 1.0,
+    "depth-mudd": 1.0,
+    "depth-attention-residual": 1.0,
+    "depth-value-residual": 1.0,
+    "depth-laurel": 1.0,
+}
+"""Each form's training step against stock's (`interlayer bench`, its case of the same name; docs/costs.md): a step of
+the form alone is estimated at LoRA's step times it, the retrofit's at full fine-tuning's."""
+FORMS = {
+    "hc-independent": (
+        "hyper-connections",
+        dict(hc_mode="independent", hc_streams=4),
+        "Hy4's independent hyper-connections (K=4: read-in and write gates, no stream mixing)",
+    ),
+    "hc-gated": (
+        "hyper-connections",
+        dict(hc_mode="gated", hc_streams=4, hc_lowrank=96),
+        "Qwen3.8's gated residual (K=4, rank 96: Qwen3.8's rank-to-width ratio, 320 / 2048, at SmolLM2's width)",
+    ),
+    "mhc-glm5": (
+        "hyper-connections",
+        dict(hc_mode="mhc", mhc_variant="deepseek_v4", hc_read_out="mean", hc_streams=4),
+        "GLM-5.3's mHC (DeepSeek-V4's input-dependent mHC, K=4, with the mean read-out)",
+    ),
+    **{
+        f"depth-{form.replace('_', '-')}": ("depth-routing", dict(depth_form=form), about)
+        for form, about in {
+            "dwa": "DenseFormer's depth-weighted average after every block",
+            "mudd": "MUDD's multiway dynamic dense connections (per-token weights over earlier layers, per input way)",
+            "attention_residual": "delta attention residuals (softmax over earlier layers' outputs, a gated delta)",
+            "value_residual": "value residual learning (each layer's values mixed with the first layer's, learned)",
+            "laurel": "LAuReL's low-rank augmented residual (rank 16, Gemma 3n's form)",
+        }.items()
+    },
+}
+"""The forms without a seed, each a recipe on hc-gsm8k's data, batches, steps and seeds: the 2026 hyper-connection
+forms (transformers' DeepSeek-V4, Hy4 and Qwen3.8 modules) and the five depth-routing forms."""
+FORM_NOTES = (
+    "No seed document gives this form a recipe: trained alone it starts as the stock model (`identity_init`, the "
+    "default), the base frozen, at lr 1e-3 and the sweep's 10x and 100x; the retrofit trains the base too, as Delta "
+    "Attention Residuals did on Qwen3-0.6B. The cpu scale runs every method; the full fine-tuning runs are "
+    "hc-gsm8k's. GSM8K exact match is not measured at the cpu scale, as in hc-gsm8k."
+)
+
+
+def form_recipe(form: str) -> Recipe:
+    """`FORMS[form]` trained alone against LoRA and the top tensors at its own budget, and as a retrofit against full
+    fine-tuning, on hc-gsm8k's data, batches, steps and seeds."""
+    mechanism, options, about = FORMS[form]
+    methods = methods_for(mechanism, options, alone_lr=ALONE_LR, schedule="cosine", alone="alone")
+    ratio = STEP_RATIO[form]
+    step = {"alone": 1.8 * ratio, "retrofit": 6.2 * ratio, "lora": 1.8, "last-layers": 1.8, "full": 6.2}
+    return Recipe(
+        name=f"{form}-gsm8k",
+        mechanism=mechanism,
+        summary=f"{about}, on a causal LM, GSM8K question/answer text (hc-gsm8k's)",
+        methods=tuple(methods),
+        run=lm_run(methods, SCALES),
+        saves_models=True,
+        abouts={name: m.about for name, m in methods.items()},
+        comparisons=comparisons_for("alone"),
+        lr_grid=LR_GRID,
+        scale_notes={scale: describe(SCALES, scale) for scale in SCALES},
+        notes=FORM_NOTES,
+        shares={"full": "hc-gsm8k"},
+        estimate=estimate_for(mechanism, SCALES, step),
+    )
+
+
+RECIPES += [form_recipe(form) for form in FORMS]
