@@ -34,10 +34,11 @@ The forms (`depth_form`), each chosen when the model is built, with what makes i
                         h_{s-j} over the sublayer's last `laurel_previous` residual inputs, B = 0, gamma = (1, 0, ..).
 
 Every form works per token: a decoded token needs the outputs (or values) of the earlier blocks at its own position
-only, which the forward computes anyway, so the stock key/value cache is all the cache there is. Where a form needs
-earlier sublayers' outputs inside a block (attention residuals, LAuReL's previous activations), the blocks pass a
-stacked state `[1 + n, B, T, C]`: the residual stream, then what later sublayers read. The equations as written here
-are the specification; `tests/mechanisms/test_depth_routing.py` holds independent references.
+only, which the forward computes anyway, so the stock key/value cache is all the cache there is. The attention
+residuals' sources are a list the stack keeps and hands each layer (a stacked copy per sublayer would hold L^2 / 2
+hidden states for the backward pass); LAuReL's previous activations, a few, pass between the blocks as a stacked state
+`[1 + k, B, T, C]`: the residual stream, then the residual inputs the later sublayers read. The equations as written
+here are the specification; `tests/mechanisms/test_depth_routing.py` holds independent references.
 """
 
 # first, before any transformers import: a clear error under transformers 4
@@ -114,6 +115,22 @@ def rms_normed(x: torch.Tensor, eps: float, weight: torch.Tensor | None = None) 
     wide = at_least_fp32(x)
     out = wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + eps)
     return (out if weight is None else out * at_least_fp32(weight)).type_as(x)
+
+
+def inverse_rms(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """`1 / sqrt(mean(x^2) + eps)` over the last dimension, in at least float32: `rms_normed(x)` is `x` times it."""
+    wide = at_least_fp32(x)
+    return torch.rsqrt(wide.pow(2).mean(-1) + eps)
+
+
+def weighted_sum(weights: torch.Tensor, sources: list[torch.Tensor]) -> torch.Tensor:
+    """`sum_j weights[j] * sources[j]`, `weights[j]` broadcasting against each source, with the sources kept apart:
+    stacking them into one tensor, once per layer or sublayer, would hold a copy of every earlier output per layer
+    for the backward pass (L^2 / 2 hidden states for L layers, where the sources themselves are L)."""
+    total = weights[0] * sources[0]
+    for weight, source in zip(weights[1:], sources[1:]):
+        total = torch.addcmul(total, weight, source)
+    return total
 
 
 def token_mean(x: torch.Tensor, token_mask: torch.Tensor | None) -> torch.Tensor:
@@ -240,7 +257,7 @@ class DepthWeightedAverage(nn.Module):
         if sources is None:
             return history[-1]
         weights = self.weight[i, sources].to(history[-1].dtype)
-        return torch.einsum("j,j...->...", weights, torch.stack([history[j] for j in sources]))
+        return weighted_sum(weights, [history[j] for j in sources])
 
 
 class DenseWeightGenerator(nn.Module):
@@ -282,13 +299,13 @@ class MultiwayDenseConnections(nn.Module):
         self.stats = StatsAccumulator()
 
     def forward(self, i: int, history: list[torch.Tensor], token_mask: torch.Tensor | None = None) -> dict:
-        outputs = torch.stack(history)  # [i + 2, B, T, C]
         weights = self.generators[i](history[-1])  # [B, T, ways, i + 2]
         ways = ["r"] if weights.shape[-2] == 1 else self.ways
         means = token_mean(weights, token_mask)
         for w, way in enumerate(ways):
             self.stats.add(f"depth/L{i}/{way}_weights", means[w])
-        return {way: torch.einsum("btj,jbtc->btc", weights[:, :, w], outputs) for w, way in enumerate(ways)}
+        per_source = weights.movedim(-1, 0).unsqueeze(-1)  # [i + 2, B, T, ways, 1]
+        return {way: weighted_sum(per_source[..., w, :], history) for w, way in enumerate(ways)}
 
 
 class FinalAttentionResidual(nn.Module):
@@ -299,19 +316,23 @@ class FinalAttentionResidual(nn.Module):
         super().__init__()
         self.query = nn.Parameter(torch.empty(config.hidden_size))
         self.key_norm = nn.Parameter(torch.empty(config.hidden_size))
-        self.eps = norm_eps(config)
 
-    def forward(self, sources: torch.Tensor) -> torch.Tensor:
-        return depth_attention(sources, self.query, self.key_norm, self.eps)[0]
+    def forward(self, sources: list[torch.Tensor], scales: list[torch.Tensor]) -> torch.Tensor:
+        return depth_attention(sources, scales, self.query, self.key_norm)[0]
 
 
-def depth_attention(sources: torch.Tensor, query: torch.Tensor, key_norm: torch.Tensor, eps: float):
-    """`(sum_j softmax_j(query . RMSNorm(v_j) / sqrt(C)) v_j, the softmax weights)` over `sources` [n, B, T, C]; the
-    softmax in at least float32."""
-    keys = rms_normed(sources, eps, key_norm)
-    logits = (keys * query.to(sources.dtype)).sum(-1) * sources.shape[-1] ** -0.5  # [n, B, T]
-    weights = at_least_fp32(logits).softmax(0).to(sources.dtype)
-    return (weights.unsqueeze(-1) * sources).sum(0), weights
+def depth_attention(
+    sources: list[torch.Tensor], scales: list[torch.Tensor], query: torch.Tensor, key_norm: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(sum_j softmax_j(query . RMSNorm(v_j) / sqrt(C)) v_j, the softmax weights [n, B, T])` over `sources` (n
+    tensors [B, T, C]), `scales[j]` = `inverse_rms(v_j)` (each source's, computed once for every sublayer that reads
+    it): `query . (v_j * scale_j * key_norm) = scale_j (v_j . (key_norm * query))`; logits and softmax in at least
+    float32."""
+    dtype = sources[0].dtype
+    direction = (query * key_norm).to(dtype) * sources[0].shape[-1] ** -0.5
+    logits = torch.stack([at_least_fp32(v @ direction) * scale for v, scale in zip(sources, scales)])  # [n, B, T]
+    weights = logits.softmax(0).to(dtype)
+    return weighted_sum(weights.unsqueeze(-1), sources), weights
 
 
 class LaurelLowRank(nn.Module):
@@ -403,7 +424,7 @@ class DepthRoutingLayerMixin(DecoderLayerRolesMixin):
             call.value_input = self.normed(self.depth_value_norms, value)
             return self.tapped_block(h, attention, call, query)
         if self.form == "attention_residual":
-            return self.attention_residual_block(h, attention)
+            return self.attention_residual_block(h, attention, *layer_inputs)
         if self.form == "laurel":
             return self.laurel_block(h, attention)
         return super().residual_block(h, attention)
@@ -428,26 +449,27 @@ class DepthRoutingLayerMixin(DecoderLayerRolesMixin):
             self.tap_call = None
         return h + self.mlp_branch(h)
 
-    def attention_residual_block(self, state: torch.Tensor, attention) -> torch.Tensor:
-        """`state` [1 + n, B, T, C]: the residual stream (in the full variant, the sum of the sources), then the
-        sources; in the block variant the second entry is the stream where the current block started, and it is
-        not a source. Each sublayer reads `h + g r` (delta) or `r` (full) and appends its output to the sources."""
-        h, rest = state[0], state[1:]
-        blocks = self.residual_blocks
-        start, sources = (rest[0], rest[1:]) if blocks else (None, rest)
-        for n, (name, branch) in enumerate(self.branches(attention).items()):
-            mixed, weights = depth_attention(sources, self.depth_queries[n], self.depth_key_norms[n], self.eps)
+    def attention_residual_block(self, h: torch.Tensor, attention, *sources_and_scales) -> torch.Tensor:
+        """`h` the residual stream (in the full variant, the sum of the sources), then the sources and their
+        `inverse_rms` (n each). Each sublayer reads `h + g r` (delta) or `r` (full); without blocks, the attention
+        sublayer's output is a source of the MLP sublayer, and the layer returns `[h, o_attn, o_mlp]` stacked (the
+        model keeps both outputs as sources of the later layers); with blocks it returns `h` (the model adds the
+        completed block's delta)."""
+        n = len(sources_and_scales) // 2
+        sources, scales = list(sources_and_scales[:n]), list(sources_and_scales[n:])
+        outputs = []
+        for s, (name, branch) in enumerate(self.branches(attention).items()):
+            mixed, weights = depth_attention(sources, scales, self.depth_queries[s], self.depth_key_norms[s])
             self.stats.add(f"depth/L{self.layer_idx}/{name}_weights", weights.float().mean((1, 2)))
             if self.residual_variant == "delta":
-                out = branch(h + self.depth_gates[n].to(h.dtype) * mixed)
+                out = branch(h + self.depth_gates[s].to(h.dtype) * mixed)
             else:
                 out = branch(mixed)
             h = h + out
-            if not blocks:
-                sources = torch.cat((sources, out[None]))
-        if blocks and (self.layer_idx + 1) % blocks == 0:
-            sources, start = torch.cat((sources, (h - start)[None])), h
-        return torch.cat((h[None], sources) if not blocks else (h[None], start[None], sources))
+            outputs.append(out)
+            if not self.residual_blocks:
+                sources, scales = sources + [out], scales + [inverse_rms(out, self.eps)]
+        return h if self.residual_blocks else torch.stack((h, *outputs))
 
     def laurel_block(self, state: torch.Tensor, attention) -> torch.Tensor:
         """LAuReL around each sublayer; with previous activations, `state` [1 + k, B, T, C] holds the residual stream
@@ -597,7 +619,8 @@ class DepthRoutingModelMixin(DepthRoutingPreTrainedMixin, DecoderStackMixin):
         full = self.form == "attention_residual" and config.attention_residual_variant == "full"
         self.depth_final = FinalAttentionResidual(config) if full else None
         # layers that pass a stacked state: [residual stream, what later sublayers read]
-        self.stacked = self.form == "attention_residual" or (self.form == "laurel" and config.laurel_form == "pa")
+        self.stacked = self.form == "laurel" and config.laurel_form == "pa"
+        self.attention_residual = self.form == "attention_residual"
 
     def check_forward(self, kwargs: dict) -> None:
         if self.config.depth_form != self.form:
@@ -610,23 +633,23 @@ class DepthRoutingModelMixin(DepthRoutingPreTrainedMixin, DecoderStackMixin):
     def enter_layers(self, inputs_embeds: torch.Tensor) -> torch.Tensor:
         if not self.stacked:
             return inputs_embeds
-        if self.form == "laurel":  # the stream, then the k residual inputs before it (none yet: zeros)
-            previous = inputs_embeds.new_zeros((self.config.laurel_previous, *inputs_embeds.shape))
-            return torch.cat((inputs_embeds[None], previous))
-        # the stream, (where the current block started,) then the sources: the embedding
-        parts = 3 if self.config.attention_residual_block_size else 2
-        return inputs_embeds[None].expand(parts, *inputs_embeds.shape)
+        # LAuReL's previous activations: the stream, then the k residual inputs before it (none yet: zeros)
+        previous = inputs_embeds.new_zeros((self.config.laurel_previous, *inputs_embeds.shape))
+        return torch.cat((inputs_embeds[None], previous))
 
     def read_state(self, state: torch.Tensor) -> torch.Tensor:
         return state[0] if self.stacked else state
 
     def run_layers(self, inputs_embeds: torch.Tensor, run: StackRun) -> torch.Tensor:
         run.saved["history"] = [inputs_embeds]  # x_0, then each block's output
+        if self.attention_residual:  # the sources (x_0, then each sublayer's output or block's delta), their scales
+            run.saved["sources"] = [inputs_embeds]
+            run.saved["scales"] = [inverse_rms(inputs_embeds, norm_eps(self.config))]
+            run.saved["block_start"] = inputs_embeds
         out = super().run_layers(inputs_embeds, run)
         if self.depth_final is None:
             return out
-        sources = run.saved["final_state"][2 if self.config.attention_residual_block_size else 1 :]
-        return self.depth_final(sources)
+        return self.depth_final(run.saved["sources"], run.saved["scales"])
 
     def leave_layers(self, state: torch.Tensor) -> torch.Tensor:
         """The stock final norm of the final attention residual's output (already a hidden state), else of
@@ -641,11 +664,13 @@ class DepthRoutingModelMixin(DepthRoutingPreTrainedMixin, DecoderStackMixin):
         if self.form == "mudd" and i > 0:
             ways = run.saved["ways"]
             return (ways["q"], ways["k"], ways["v"])
+        if self.attention_residual:
+            return (*run.saved["sources"], *run.saved["scales"])
         return ()
 
     def after_layer(self, i: int, output: torch.Tensor, run: StackRun) -> torch.Tensor:
-        if self.depth_final is not None:
-            run.saved["final_state"] = output
+        if self.attention_residual:
+            return self.add_sources(i, output, run)
         if self.depth_router is None:
             return output
         history = run.saved["history"]
@@ -660,6 +685,21 @@ class DepthRoutingModelMixin(DepthRoutingPreTrainedMixin, DecoderStackMixin):
         residual = ways.get("r", output)
         run.saved["ways"] = {way: ways.get(way, residual) for way in ("q", "k", "v")}
         return residual
+
+    def add_sources(self, i: int, output: torch.Tensor, run: StackRun) -> torch.Tensor:
+        """The attention residuals' sources after layer `i`: its sublayers' outputs (`output` [h, o_attn, o_mlp]), or,
+        with blocks, the delta of a block that layer `i` completes; returns the residual stream."""
+        eps, blocks = norm_eps(self.config), self.config.attention_residual_block_size
+        if not blocks:
+            h, new = output[0], list(output[1:])
+        elif (i + 1) % blocks == 0:
+            h, new = output, [output - run.saved["block_start"]]
+            run.saved["block_start"] = output
+        else:
+            return output
+        run.saved["sources"] = run.saved["sources"] + new
+        run.saved["scales"] = run.saved["scales"] + [inverse_rms(source, eps) for source in new]
+        return h
 
 
 class DepthRoutingForCausalLMMixin(DepthRoutingPreTrainedMixin, CausalLMMixin):
