@@ -123,10 +123,24 @@ def inverse_rms(x: torch.Tensor, eps: float) -> torch.Tensor:
     return torch.rsqrt(wide.pow(2).mean(-1) + eps)
 
 
-def weighted_sum(weights: torch.Tensor, sources: list[torch.Tensor]) -> torch.Tensor:
-    """`sum_j weights[j] * sources[j]`, `weights[j]` broadcasting against each source, with the sources kept apart:
-    stacking them into one tensor, once per layer or sublayer, would hold a copy of every earlier output per layer
-    for the backward pass (L^2 / 2 hidden states for L layers, where the sources themselves are L)."""
+def stacked_without_autograd(sources: list[torch.Tensor]) -> torch.Tensor | None:
+    """The sources stacked into one tensor `[n, ...]` where autograd keeps nothing (decoding, evaluation: one
+    product over them instead of one per source, a few operations per decoded token instead of hundreds), None in
+    training: stacked once per layer or sublayer, the copies would be kept for the backward pass, L^2 / 2 hidden
+    states for L layers where the sources themselves are L."""
+    if torch.is_grad_enabled() and any(source.requires_grad for source in sources):
+        return None
+    return torch.stack(sources)
+
+
+def weighted_sum(
+    weights: torch.Tensor, sources: list[torch.Tensor], stacked: torch.Tensor | None = None
+) -> torch.Tensor:
+    """`sum_j weights[j] * sources[j]`, `weights[j]` broadcasting against each source: over `stacked`, the sources
+    stacked (`stacked_without_autograd`), or one source at a time."""
+    stacked = stacked if stacked is not None else stacked_without_autograd(sources)
+    if stacked is not None:
+        return (weights.reshape(weights.shape + (1,) * (stacked.dim() - weights.dim())) * stacked).sum(0)
     total = weights[0] * sources[0]
     for weight, source in zip(weights[1:], sources[1:]):
         total = torch.addcmul(total, weight, source)
@@ -305,7 +319,8 @@ class MultiwayDenseConnections(nn.Module):
         for w, way in enumerate(ways):
             self.stats.add(f"depth/L{i}/{way}_weights", means[w])
         per_source = weights.movedim(-1, 0).unsqueeze(-1)  # [i + 2, B, T, ways, 1]
-        return {way: weighted_sum(per_source[..., w, :], history) for w, way in enumerate(ways)}
+        stacked = stacked_without_autograd(history)
+        return {way: weighted_sum(per_source[..., w, :], history, stacked) for w, way in enumerate(ways)}
 
 
 class FinalAttentionResidual(nn.Module):
@@ -330,9 +345,13 @@ def depth_attention(
     float32."""
     dtype = sources[0].dtype
     direction = (query * key_norm).to(dtype) * sources[0].shape[-1] ** -0.5
-    logits = torch.stack([at_least_fp32(v @ direction) * scale for v, scale in zip(sources, scales)])  # [n, B, T]
+    stacked = stacked_without_autograd(sources)
+    if stacked is None:
+        logits = torch.stack([at_least_fp32(v @ direction) * scale for v, scale in zip(sources, scales)])
+    else:
+        logits = at_least_fp32(stacked @ direction) * torch.stack(scales)  # [n, B, T]
     weights = logits.softmax(0).to(dtype)
-    return weighted_sum(weights.unsqueeze(-1), sources), weights
+    return weighted_sum(weights.unsqueeze(-1), sources, stacked), weights
 
 
 class LaurelLowRank(nn.Module):
