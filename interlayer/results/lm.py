@@ -515,13 +515,13 @@ ALONE_LR = 1e-3
 """The rate of a form trained alone where no seed gives one: the sweep tries 1e-3, 1e-2 and 1e-1."""
 STEP_RATIO = {
     "hc-independent": 1.17,
-    "hc-gated": 1.0,
-    "mhc-glm5": 1.0,
-    "depth-dwa": 1.0,
-    "depth-mudd": 1.0,
-    "depth-attention-residual": 1.0,
-    "depth-value-residual": 1.0,
-    "depth-laurel": 1.0,
+    "hc-gated": 1.55,
+    "mhc-glm5": 1.24,
+    "depth-dwa": 1.02,
+    "depth-mudd": 1.18,
+    "depth-attention-residual": 1.33,
+    "depth-value-residual": 0.99,
+    "depth-laurel": 1.01,
 }
 """Each form's training step against stock's (`interlayer bench`, its case of the same name; docs/costs.md): a step of
 the form alone is estimated at LoRA's step times it, the retrofit's at full fine-tuning's."""
@@ -582,6 +582,8 @@ def form_recipe(form: str) -> Recipe:
         scale_notes={scale: describe(SCALES, scale) for scale in SCALES},
         notes=FORM_NOTES,
         shares={"full": "hc-gsm8k"},
+        version=VERSION,  # hc-gsm8k's protocol, whose full fine-tuning it shares
+        changes=CHANGES,
         estimate=estimate_for(mechanism, SCALES, step),
     )
 

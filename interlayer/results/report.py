@@ -448,7 +448,7 @@ def write_report(out: Path, path: Path) -> str:
         "## Running it",
         "",
         "```",
-        "interlayer results --quick --out /tmp/results      # every recipe on tiny models in minutes (CI runs this)",
+        "interlayer results --quick --out /tmp/results      # every recipe on tiny models in minutes (in CI too)",
         "interlayer results --out results --work runs/results-work --report docs/results.md   # the cpu scale",
         "interlayer results --scale seed --recipes hc-gsm8k --out results-seed   # a seed's own setting, on a GPU",
         "interlayer results --plan --scale seed             # what each recipe runs at a scale, and its cost",

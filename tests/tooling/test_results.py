@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from interlayer.cli import main
-from interlayer.results import COLUMNS, recipes, run_recipes
+from interlayer.results import COLUMNS, lm, recipes, run_recipes
 from interlayer.results.budget import lora_layout, train_top_tensors
 from interlayer.results.core import TUNING_SEED
 from interlayer.training import shared_data
@@ -26,14 +26,20 @@ if shared_data("gsm8k", "train.jsonl") is None:
     pytest.skip("the GSM8K recipes need ../shared/data/gsm8k/train.jsonl", allow_module_level=True)
 
 OWN = ["hc-gsm8k", "latent-gsm8k", "bridges-classification"]
+# the seedless forms' recipes are one function (`lm.form_recipe`) over hc-gsm8k's run: the module's fixture runs one
+# HC form's and one depth-routing form's in full, `test_every_form_recipe_trains_its_form_alone` the others' own method
+FORM_RECIPES = [f"{form}-gsm8k" for form in lm.FORMS]
+IN_FULL = ["hc-independent-gsm8k", "depth-laurel-gsm8k"]
+QUICK = [name for name in recipes() if name not in FORM_RECIPES or name in IN_FULL]
 
 
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
-    """Every recipe at the quick scale through the command line, with the report, as CI runs it."""
+    """The recipes of `QUICK` at the quick scale through the command line, with the report."""
     out = tmp_path_factory.mktemp("results")
     report = out / "docs" / "results.md"
-    argv = ["results", "--quick", "--out", str(out), "--work", str(out / "work"), "--report", str(report)]
+    argv = ["results", "--quick", "--recipes", *QUICK, "--out", str(out), "--work", str(out / "work")]
+    argv += ["--report", str(report)]
     assert main(argv) == 0
     records = [json.loads(p.read_text()) for p in sorted((out / "runs").rglob("seed*.json"))]
     return out, records, report
@@ -46,6 +52,8 @@ def by(records, recipe):
 def test_every_recipe_writes_csv_rows_with_the_documented_columns(quick):
     out, records, _ = quick
     for name, recipe in recipes().items():
+        if name not in QUICK:
+            continue
         with open(out / f"{name}.csv", newline="") as f:
             rows = list(csv.DictReader(f))
         assert tuple(rows[0]) == COLUMNS
@@ -70,7 +78,7 @@ def test_every_method_of_a_seed_trains_on_the_same_batches_in_the_same_order(qui
     assert len({r["details"]["data_order"] for r in records}) == len({r["seed"] for r in records})
 
 
-@pytest.mark.parametrize("recipe", ["hc-gsm8k", "latent-gsm8k", "hc-gated-gsm8k", "depth-laurel-gsm8k"])
+@pytest.mark.parametrize("recipe", ["hc-gsm8k", "latent-gsm8k", "hc-independent-gsm8k", "depth-laurel-gsm8k"])
 def test_lora_and_the_top_tensors_train_the_mechanisms_budget(quick, recipe):
     _, records, _ = quick
     alone = "seed" if recipe in ("hc-gsm8k", "latent-gsm8k") else "alone"
@@ -130,7 +138,7 @@ def test_each_method_runs_at_the_rate_its_validation_split_chose(quick):
 
     _, records, report = quick
     for name, recipe in recipes().items():
-        if not recipe.lr_grid:
+        if not recipe.lr_grid or name not in QUICK:
             continue
         for method in recipe.methods:
             owner = recipe.shares.get(method, name)  # a shared method's runs are recorded under its owner
@@ -171,8 +179,24 @@ def test_the_report_is_generated_from_the_csvs_with_a_plot_per_recipe(quick):
     text = report.read_text()
     for name in recipes():
         assert f"## {name} " in text
-        assert (report.parent / "img" / f"results-{name}.png").stat().st_size > 0
+        assert (report.parent / "img" / f"results-{name}.png").exists() == (name in QUICK)
+        assert ("No run of this recipe is recorded yet." in text.split(f"## {name} ")[1].split("\n## ")[0]) == (
+            name not in QUICK
+        )
     assert "## Which mechanism for what" in text
+
+
+@pytest.mark.parametrize("recipe", sorted(set(FORM_RECIPES) - set(IN_FULL)))
+def test_every_form_recipe_trains_its_form_alone(quick, tmp_path, recipe):
+    """The form recipes the fixture leaves out: the form alone, its learning-rate sweep and seed 0, through the
+    command line (LoRA, the top tensors and full fine-tuning are hc-gsm8k's code, which the fixture runs), with the
+    fixture's tiny checkpoint."""
+    argv = ["results", "--quick", "--recipes", recipe, "--methods", "alone", "--seeds", "0", "--out", str(tmp_path)]
+    assert main([*argv, "--work", str(quick[0] / "work")]) == 0
+    with open(tmp_path / f"{recipe}.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert {(r["method"], int(r["seed"])) for r in rows} == {("alone", 0), ("alone", TUNING_SEED)}
+    assert all(math.isfinite(float(r["value"])) for r in rows) and int(rows[0]["trainable_params"]) > 0
 
 
 def test_the_top_tensors_train_exactly_the_budget_and_nothing_else_moves():
