@@ -885,8 +885,10 @@ register_mechanism(
         Example(
             "Qwen2AttentionResidual",
             "qwen2",
-            dict(_DEPTH, depth_form="attention_residual", attention_residual_gate_init=0.5),
-            distributed=True,  # both its pictures: the weights over the sources, the gates
+            dict(_DEPTH, depth_form="attention_residual", attention_residual_gate_init=0.5, freeze_base=False),
+            # both its pictures: the weights over the sources, the gates; the base trains too, so that the processes
+            # meet gradients through every path (the routing alone moves a tiny random model's loss by rounding)
+            distributed=True,
         ),
         Example("Phi3ValueResidual", "phi3", dict(_DEPTH, depth_form="value_residual")),
         Example("MistralNormedLowRankLaurel", "mistral", dict(_DEPTH, depth_form="laurel", laurel_norm=True)),

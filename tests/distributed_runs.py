@@ -40,3 +40,14 @@ def load_rank(root, run, name, rank):
 
 def losses(result):
     return torch.tensor([row["loss"] for row in result["log_history"] if "loss" in row], dtype=torch.float64)
+
+
+# the least fall of the loss over a run that counts as training: 20 float32 roundings of a loss near ln(128) = 4.85
+# (one rounding is 4.8e-7), so that a run whose loss moves by rounding alone fails
+TRAINS_BY = 1e-5
+
+
+def assert_trains(steps) -> None:
+    """The loss fell over the run by more than `TRAINS_BY`: the parameters moved the outputs, not only the rounding."""
+    steps = [float(x) for x in steps]
+    assert steps[0] - steps[-1] > TRAINS_BY, f"the run does not train: losses {steps}"

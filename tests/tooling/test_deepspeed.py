@@ -21,7 +21,7 @@ pytest.importorskip("deepspeed", reason='deepspeed is not installed (pip install
 
 from conformance_cases import examples  # noqa: E402
 from deepspeed_train import CASES, LOAD_CASE, LOADS, evaluation_logits  # noqa: E402
-from distributed_runs import free_port, load_rank, losses, run_side_by_side  # noqa: E402
+from distributed_runs import assert_trains, free_port, load_rank, losses, run_side_by_side  # noqa: E402
 
 SCRIPT = Path(__file__).with_name("deepspeed_train.py")
 STAGES = (2, 3)
@@ -63,7 +63,8 @@ def test_zero_trains_as_one_plain_process(runs, stage, name, request):
     one, zero = load_rank(runs, "plain", name, 0), load_rank(runs, f"zero{stage}", name, 0)
     assert (one["world_size"], one["deepspeed"]) == (1, False)
     assert (zero["world_size"], zero["deepspeed"]) == (2, True)
-    assert len(losses(one)) == 4 and losses(one)[-1] < losses(one)[0], "the run does not train"
+    assert len(losses(one)) == 4
+    assert_trains(losses(one))
     torch.testing.assert_close(losses(zero), losses(one), rtol=1e-6, atol=1e-6)
     assert zero["state_dict"].keys() == one["state_dict"].keys()
     for key, value in one["state_dict"].items():

@@ -4,8 +4,8 @@ process; and the checkpoints written while scalar gates were 0-d tensors (FSDP2 
 `fsdp_train.py` trains each case 3 AdamW steps on 8 examples: unsharded in one process (batch 8), and sharded over
 2 processes (4 + 4; every module of a `_no_split_modules` class, then the root: the plain recipe, nothing specific to
 the model) under `torch.distributed.run`. The two launches run side by side, once for the module. Tolerances as in
-`test_multiprocess.py`: losses `rtol=1e-6, atol=1e-6`, weights `rtol=1e-5, atol=5e-6` (measured: losses <= 4.8e-7,
-weights <= 1.2e-6 apart).
+`test_multiprocess.py`: losses `rtol=1e-6, atol=1e-6`, weights `rtol=1e-5, atol=5e-6` (measured, Adam's eps 1e-6: losses
+<= 4.8e-7, weights <= 7.8e-7 apart).
 """
 
 import sys
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from distributed_runs import free_port, load_rank, run_side_by_side
+from distributed_runs import assert_trains, free_port, load_rank, run_side_by_side
 from fsdp_train import CASES
 from safetensors.torch import load_file, save_file
 from transformers import AutoConfig
@@ -43,7 +43,7 @@ def test_plain_recipe_trains_as_one_process(runs, name):
     "mixed torch.Tensor and DTensor" (a layer's module or parameter used outside that layer's forward)."""
     one, two = load_rank(runs, "one", name, 0), load_rank(runs, "two", name, 0)
     assert (one["world_size"], two["world_size"]) == (1, 2)
-    assert one["losses"][-1] < one["losses"][0], "the run does not train"
+    assert_trains(one["losses"])
     torch.testing.assert_close(torch.tensor(two["losses"]), torch.tensor(one["losses"]), rtol=1e-6, atol=1e-6)
     assert two["state_dict"].keys() == one["state_dict"].keys()
     for key, value in one["state_dict"].items():

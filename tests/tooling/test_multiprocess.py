@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from conformance_cases import examples
-from distributed_runs import free_port, load_rank, losses, run_side_by_side, script_env
+from distributed_runs import assert_trains, free_port, load_rank, losses, run_side_by_side, script_env
 from multiprocess_train import CASES
 
 SCRIPT = Path(__file__).with_name("multiprocess_train.py")
@@ -54,6 +54,7 @@ def test_two_processes_match_one(runs, name):
     one, two = load_rank(runs, "one", name, 0), load_rank(runs, "two", name, 0)
     assert (one["world_size"], two["world_size"]) == (1, 2)
     assert len(losses(one)) == 4
+    assert_trains(losses(one))
     torch.testing.assert_close(losses(two), losses(one), rtol=1e-6, atol=1e-6)
     assert two["state_dict"].keys() == one["state_dict"].keys()
     for key, value in one["state_dict"].items():
