@@ -112,8 +112,7 @@ def at_least_fp32(x: torch.Tensor) -> torch.Tensor:
 def rms_normed(x: torch.Tensor, eps: float, weight: torch.Tensor | None = None) -> torch.Tensor:
     """`x / sqrt(mean(x^2) + eps)` (times `weight`) over the last dimension, computed in at least float32, in `x`'s
     dtype."""
-    wide = at_least_fp32(x)
-    out = wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + eps)
+    out = at_least_fp32(x) * inverse_rms(x, eps).unsqueeze(-1)
     return (out if weight is None else out * at_least_fp32(weight)).type_as(x)
 
 
@@ -127,10 +126,9 @@ def stacked_without_autograd(sources: list[torch.Tensor]) -> torch.Tensor | None
     """The sources stacked into one tensor `[n, ...]` where autograd keeps nothing (decoding, evaluation: one
     product over them instead of one per source, a few operations per decoded token instead of hundreds), None in
     training: stacked once per layer or sublayer, the copies would be kept for the backward pass, L^2 / 2 hidden
-    states for L layers where the sources themselves are L."""
-    if torch.is_grad_enabled() and any(source.requires_grad for source in sources):
-        return None
-    return torch.stack(sources)
+    states for L layers where the sources themselves are L. Where gradients are recorded, the stacked copy would be
+    kept whenever anything it multiplies requires a gradient (a weight, if no source), so only grad mode decides."""
+    return None if torch.is_grad_enabled() else torch.stack(sources)
 
 
 def weighted_sum(
