@@ -263,6 +263,7 @@ def tuning_table(recipe, trials: dict) -> list[str]:
         "| method | " + " | ".join(f"×{float(s):g}" for s in scales) + " |",
         "| --- | " + " | ".join("---:" for _ in scales) + " |",
     ]
+    at_an_end = []
     for method in [m for m in recipe.methods if m in trials]:
         best = choose_lr_scale(recipe, {float(x): m for x, m in trials[method].items()})
         cells = []
@@ -271,6 +272,14 @@ def tuning_table(recipe, trials: dict) -> list[str]:
             text = "diverged" if s in trials[method] and value is None else "" if value is None else number(value)
             cells.append(f"**{text}**" if float(s) == best else text)
         lines.append(f"| {method} | " + " | ".join(cells) + " |")
+        if len(scales) > 1 and best in (float(scales[0]), float(scales[-1])):
+            at_an_end.append(f"{method} (×{best:g}, the {'largest' if best == float(scales[-1]) else 'smallest'})")
+    if at_an_end:
+        lines += [
+            "",
+            f"Chosen at an end of the sweep: {', '.join(at_an_end)}. A rate beyond it was not tried, so these "
+            "methods are compared at the best rate tried, which may not be their best rate.",
+        ]
     return lines + [""]
 
 

@@ -175,3 +175,22 @@ def test_what_is_known_against_old_rows_is_printed_beside_them_only(tmp_path):
     assert "`seed` lower at these fixed rates" in old and "`seed` better" not in old
     write_rows(tmp_path / "new", "hc-gsm8k", "hyper-connections", values)
     assert known.rstrip(".") not in write_report(tmp_path / "new", tmp_path / "new.md")
+
+
+def test_a_rate_chosen_at_an_end_of_the_sweep_is_said_so():
+    """A method whose best validation value is at the largest (or smallest) multiplier of the sweep was compared at
+    the best rate tried, not at its best rate: the sweep table says so, naming the method and the end; a method
+    chosen inside the sweep is not named."""
+    from interlayer.results import recipes
+    from interlayer.results.report import tuning_table
+
+    recipe = recipes()["hc-gsm8k"]
+
+    def trials(*losses):  # validation losses at x1, x10, x100, as the CSV keys them
+        return {str(x): {"validation_eval_loss": v} for x, v in zip(recipe.lr_grid, losses)}
+
+    made_up = {"lora": trials(2.5, 2.3, 1.9), "full": trials(2.0, 1.8, 2.2), "last-layers": trials(2.1, 2.4, 2.6)}
+    text = "\n".join(tuning_table(recipe, made_up))
+    ends = re.findall(r"Chosen at an end of the sweep: (.*)\. A rate beyond", text)
+    assert ends == ["lora (×100, the largest), last-layers (×1, the smallest)"], text
+    assert "Chosen at an end" not in "\n".join(tuning_table(recipe, {"full": made_up["full"]}))
