@@ -16,7 +16,7 @@ from transformers.models.gemma3n.modeling_gemma3n import Gemma3nTextLaurelBlock
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from interlayer import GPT2DepthRoutingForCausalLM, LlamaDepthRoutingConfig, LlamaDepthRoutingForCausalLM
-from interlayer.models.modeling_depth_routing import TapCall
+from interlayer.models.modeling_depth_routing import STACK_AT_MOST, TapCall
 
 LAYERS = 4
 
@@ -376,3 +376,41 @@ def test_what_the_backward_pass_keeps_grows_linearly_with_depth(tmp_path, option
         vector = input_ids.numel() * stock.config.hidden_size * 4  # one float32 hidden state of the batch
         extra.append((saved_for_backward(model, input_ids) - saved_for_backward(stock, input_ids)) / vector)
     assert abs(extra[2] - 2 * extra[1] + extra[0]) < 1.0, extra
+
+
+def elements_concatenated(model, input_ids) -> int:
+    """The elements written by `torch.stack` and `torch.cat` in one forward without gradient."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        total = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func in (torch.ops.aten.cat.default, torch.ops.aten.stack.default):
+                Count.total += out.numel()
+            return out
+
+    with torch.no_grad(), Count():
+        model(input_ids=input_ids, use_cache=False)
+    return Count.total
+
+
+@pytest.mark.parametrize("options", [dict(depth_form=form) for form in ("dwa", "mudd", "attention_residual")])
+def test_an_evaluation_forward_copies_each_earlier_output_at_most_once(tmp_path, options):
+    """Without gradient, on more tokens than a decoding step (`STACK_AT_MOST` elements per source), the sums read the
+    earlier outputs where they are: what the forward copies grows linearly with the depth (stacking the earlier
+    outputs for every layer or sublayer copied L^2 / 2 hidden states, and made an evaluation forward of the
+    attention residuals 2.8x stock's time at the SmolLM2 shape, against 1.25x one source at a time; measured before,
+    second differences of 4, 4 and 16.2 hidden states). A width of 128, so that what the equations make grow with
+    L^2 (the attention residuals' logits, a number per token and source) stays small beside the hidden states."""
+    input_ids = torch.randint(0, 128, (2, 300))  # 2 x 300 x 128 elements per hidden state: above STACK_AT_MOST
+    copied = []
+    for layers in (2, 4, 6):
+        folder = str(tmp_path / f"stock{layers}")
+        stock = build_stock_llama(folder, num_hidden_layers=layers, hidden_size=128, head_dim=32)
+        model = LlamaDepthRoutingForCausalLM.from_pretrained(folder, identity_init=False, **options).eval()
+        vector = input_ids.numel() * stock.config.hidden_size
+        assert vector > STACK_AT_MOST
+        copied.append((elements_concatenated(model, input_ids) - elements_concatenated(stock, input_ids)) / vector)
+    assert abs(copied[2] - 2 * copied[1] + copied[0]) < 0.5, copied
