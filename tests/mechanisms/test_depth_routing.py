@@ -344,6 +344,19 @@ def test_forms_that_cannot_start_as_the_stock_model_are_refused_at_identity(opti
     assert getattr(LlamaDepthRoutingConfig(**options, identity_init=False), field) == options[field]
 
 
+def growth_with_depth(tmp_path, depths, width, convert, measure, input_ids, unit_bytes) -> list[float]:
+    """What the depth-routing model `convert(folder)` of a stock Llama of each depth in `depths` (width `width`, 4
+    heads) adds to the stock model's `measure(model, input_ids)`, in hidden states of the batch (`unit_bytes` per
+    element: what `measure` counts is bytes (4) or elements (1))."""
+    extra = []
+    for layers in depths:
+        folder = str(tmp_path / f"stock{layers}")
+        stock = build_stock_llama(folder, num_hidden_layers=layers, hidden_size=width, head_dim=width // 4)
+        vector = input_ids.numel() * width * unit_bytes
+        extra.append((measure(convert(folder), input_ids) - measure(stock, input_ids)) / vector)
+    return extra
+
+
 def saved_for_backward(model, input_ids) -> int:
     """The bytes of the distinct storages autograd keeps for the backward pass of one training forward."""
     storages = {}
@@ -368,13 +381,11 @@ def test_what_the_backward_pass_keeps_grows_linearly_with_depth(tmp_path, option
     what the equations themselves make grow with L^2 (the per-token weights over the sources, MUDD's generators)
     stays small beside the hidden states."""
     input_ids = torch.randint(0, 128, (2, 64))
-    extra = []
-    for layers in (3, 6, 9):
-        folder = str(tmp_path / f"stock{layers}")
-        stock = build_stock_llama(folder, num_hidden_layers=layers, hidden_size=512, head_dim=128)
-        model = LlamaDepthRoutingForCausalLM.from_pretrained(folder, freeze_base=False, **options)
-        vector = input_ids.numel() * stock.config.hidden_size * 4  # one float32 hidden state of the batch
-        extra.append((saved_for_backward(model, input_ids) - saved_for_backward(stock, input_ids)) / vector)
+
+    def convert(folder):
+        return LlamaDepthRoutingForCausalLM.from_pretrained(folder, freeze_base=False, **options)
+
+    extra = growth_with_depth(tmp_path, (3, 6, 9), 512, convert, saved_for_backward, input_ids, unit_bytes=4)
     assert abs(extra[2] - 2 * extra[1] + extra[0]) < 1.0, extra
 
 
@@ -404,13 +415,11 @@ def test_an_evaluation_forward_copies_each_earlier_output_at_most_once(tmp_path,
     attention residuals 2.8x stock's time at the SmolLM2 shape, against 1.25x one source at a time; measured before,
     second differences of 4, 4 and 16.2 hidden states). A width of 128, so that what the equations make grow with
     L^2 (the attention residuals' logits, a number per token and source) stays small beside the hidden states."""
-    input_ids = torch.randint(0, 128, (2, 300))  # 2 x 300 x 128 elements per hidden state: above STACK_AT_MOST
-    copied = []
-    for layers in (2, 4, 6):
-        folder = str(tmp_path / f"stock{layers}")
-        stock = build_stock_llama(folder, num_hidden_layers=layers, hidden_size=128, head_dim=32)
-        model = LlamaDepthRoutingForCausalLM.from_pretrained(folder, identity_init=False, **options).eval()
-        vector = input_ids.numel() * stock.config.hidden_size
-        assert vector > STACK_AT_MOST
-        copied.append((elements_concatenated(model, input_ids) - elements_concatenated(stock, input_ids)) / vector)
+    input_ids = torch.randint(0, 128, (2, 300))
+    assert input_ids.numel() * 128 > STACK_AT_MOST  # the elements of one hidden state of the batch
+
+    def convert(folder):
+        return LlamaDepthRoutingForCausalLM.from_pretrained(folder, identity_init=False, **options).eval()
+
+    copied = growth_with_depth(tmp_path, (2, 4, 6), 128, convert, elements_concatenated, input_ids, unit_bytes=1)
     assert abs(copied[2] - 2 * copied[1] + copied[0]) < 0.5, copied
