@@ -293,6 +293,22 @@ def test_a_repeated_list_option_adds_to_the_list(capsys):
     assert planned[:2] == ["hc-gsm8k", "latent-gsm8k"]
 
 
+@pytest.mark.parametrize("form", list(lm.FORMS))
+def test_a_form_costs_the_same_seconds_over_its_baseline_with_the_base_frozen_or_training(form):
+    """The plan's cost of a form without a seed: what it adds, the form's own work forward and backward, is the same
+    whether the base trains (the retrofit over full fine-tuning) or not (the form alone over LoRA), in every run of
+    the cpu scale, tuning or reported; and an evaluation of the form costs its step's ratio."""
+    estimate = recipes()[f"{form}-gsm8k"].estimate
+    for tuning in (True, False):
+        alone, lora, retrofit, full = (
+            estimate(m, "cpu", tuning).seconds for m in ("alone", "lora", "retrofit", "full")
+        )
+        assert alone - lora == pytest.approx(retrofit - full)
+    evaluated = estimate("alone", "cpu", False).seconds - estimate("alone", "cpu", True).seconds
+    stock = estimate("lora", "cpu", False).seconds - estimate("lora", "cpu", True).seconds
+    assert evaluated == pytest.approx(lm.STEP_RATIO[form] * stock)
+
+
 def test_the_plan_counts_the_runs_and_estimates_their_cost(capsys):
     assert main(["results", "--plan"]) == 0
     out = capsys.readouterr().out
