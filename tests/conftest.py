@@ -1,6 +1,8 @@
 import importlib.util
 import os
 
+import pytest
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -8,9 +10,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
     _share = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
     os.environ.setdefault("OMP_NUM_THREADS", str(_share))
-
-
-import pytest  # noqa: E402
 
 
 @pytest.fixture(scope="session")
