@@ -580,9 +580,12 @@ def form_recipe(form: str) -> Recipe:
     mechanism, options, about = FORMS[form]
     methods = methods_for(mechanism, options, alone_lr=ALONE_LR, schedule="cosine", alone="alone")
     ratio = STEP_RATIO[form]
-    lora, full = COST["step"]["hyper-connections"]["lora"], COST["step"]["hyper-connections"]["full"]
-    step = {"alone": lora + (ratio - 1) * full, "retrofit": full * ratio}
-    step |= {"lora": lora, "last-layers": lora, "full": full}
+    baselines = COST["step"]["hyper-connections"]  # hc-gsm8k's data and batches: its baselines' steps
+    step = {
+        **baselines,
+        "alone": baselines["lora"] + (ratio - 1) * baselines["full"],
+        "retrofit": baselines["full"] * ratio,
+    }
     return Recipe(
         name=f"{form}-gsm8k",
         mechanism=mechanism,
