@@ -607,8 +607,9 @@ class FastGatedResidualMixin:
         read, weights = self._reader(input_norm)
         grad = torch.is_grad_enabled()
         # under a dispatch mode (torch's FlopCounterMode) autograd keeps the read: the mode's module hooks cannot run
-        # inside the `autograd.grad` that computes it again in backward
-        again = grad and not is_in_torch_dispatch_mode()
+        # inside the `autograd.grad` that computes it again in backward; under torch.compile too: dynamo cannot trace
+        # that `autograd.grad` (a graph break at every sublayer), and the compiled backward chooses what to recompute
+        again = grad and not is_in_torch_dispatch_mode() and not torch.compiler.is_compiling()
         x, write, gate = _GatedRead.apply(read, streams, *weights) if again else read(streams, *weights)
         write = write.to(streams.dtype)
         if gain is not None and not gain.closed:  # each stream's mean share of the read, gate_k G_k / K

@@ -650,13 +650,16 @@ def test_stream_recomputation_gives_the_same_gradients_and_frees_streams(stock_l
 # -- torch.compile and torch.export ----------------------------------------------------------------------------------
 
 
-def test_compiled_fullgraph_training_step_equals_eager(tmp_path):
-    """`torch.compile(model, fullgraph=True)` traces forward and backward of the default (input-dependent) mHC in one
-    graph, as for the stock model, and gives the eager loss and gradients. Compiled forwards run without the stream
-    recomputation and the statistics (Python-side state); the AOT-autograd backend keeps the test fast."""
+@pytest.mark.parametrize("hc_mode", ["mhc", "gated"])
+def test_compiled_fullgraph_training_step_equals_eager(tmp_path, hc_mode):
+    """`torch.compile(model, fullgraph=True)` traces forward and backward of the default (input-dependent) mHC and of
+    the gated residual (whose eager read is computed again in backward by an autograd Function, which a compiled
+    graph leaves to the compiled backward) in one graph, as for the stock model, and gives the eager loss and
+    gradients. Compiled forwards run without the stream recomputation and the statistics (Python-side state); the
+    AOT-autograd backend keeps the test fast."""
     folder = str(tmp_path / "stock")
     build_stock_llama(folder, num_hidden_layers=2)
-    model = randomised(folder, freeze_base=False).train()
+    model = randomised(folder, freeze_base=False, hc_mode=hc_mode).train()
     batch = lm_batch()
     batch["labels"] = lm_labels(batch)
     eager = model(**batch)
