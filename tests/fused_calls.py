@@ -14,8 +14,8 @@ def counting_fused(monkeypatch, module, name: str, backend=None) -> list:
     calls = []
     compile_kind = fused.compile
 
-    def compile_counted():
-        compiled = compile_kind()
+    def compile_counted(*args):
+        compiled = compile_kind(*args)
 
         def counted(*args):
             calls.append(fused.fn.__name__)

@@ -109,8 +109,9 @@ class HyperConnectionFields(ZooConfigFields):
             normalisation, the sigmoids, the Sinkhorn-Knopp rounds and their backward fused into a few kernels):
             3x fewer microseconds for the coefficients of a decoded token, once a compilation per grad mode is paid
             in a process (seconds; the number of tokens is a symbol, so a new batch or length compiles nothing, and
-            a single token has a graph of its own).
-            Same results to rounding. A kept graph takes a second backward (`retain_graph=True`) and a gradient can
+            a single token has a graph of its own). Without grad, the coefficients and the read-in and mixing
+            product are one such function, which a decoded token at batch 1 runs as one inductor graph called
+            directly (no guards or wrappers around it). Same results to rounding. A kept graph takes a second backward (`retain_graph=True`) and a gradient can
             be differentiated again (`create_graph=True`, through the eager function, as torch cannot differentiate
             a compiled backward). Computed eagerly where a compiled call cannot run: inside a model compiled or
             exported as a whole (traced with it), under a dispatch mode such as `FlopCounterMode`, and once

@@ -719,15 +719,16 @@ def test_fused_coefficients_are_the_default_and_equal_the_eager_path(stock_llama
 
 
 def test_fused_coefficients_compile_once_for_every_batch_shape(stock_llama, monkeypatch):
-    """The fused coefficients' graph has the number of tokens as a symbol: training steps and no-grad forwards at
-    three batch shapes compile it twice in all (with and without grad), so a new batch or length does not compile it
-    again, and processes on one machine share it through inductor's cache (before: four times, static then dynamic
-    in each grad mode)."""
+    """The fused coefficients' graph has the number of tokens as a symbol: training steps at three batch shapes
+    compile it once, and no-grad forwards at the same shapes compile the no-grad boundary (`_fused_mhc_read`, batch and
+    length symbolic) twice, once for a batch of one (torch specialises a size of 1), so a new batch or length does not
+    compile either again, and processes on one machine share them through inductor's cache (before: four times,
+    static then dynamic in each grad mode)."""
     from torch._dynamo.testing import CompileCounter
 
-    torch._dynamo.reset()  # the function's earlier compilations in this process
-    counter = CompileCounter()
-    calls = counting_fused(monkeypatch, hc_module, "_fused_mhc_coefficients", backend=counter)
+    torch._dynamo.reset()  # the functions' earlier compilations in this process
+    counters = {name: CompileCounter() for name in ("_fused_mhc_coefficients", "_fused_mhc_read")}
+    calls = [counting_fused(monkeypatch, hc_module, name, backend=counter) for name, counter in counters.items()]
     model = randomised(stock_llama[0], freeze_base=False).train()
     for lengths in ((12, 9), (7, 7, 5), (4,)):
         batch = lm_batch(lengths=lengths)
@@ -735,8 +736,50 @@ def test_fused_coefficients_compile_once_for_every_batch_shape(stock_llama, monk
         model(**batch).loss.backward()
         with torch.no_grad():
             model(**batch)
-    assert len(calls) == 3 * 2 * 2 * model.config.num_hidden_layers  # every call compiled
-    assert counter.frame_count == 2
+    sublayers = 2 * model.config.num_hidden_layers
+    assert calls == [["_mhc_coefficients"] * 3 * sublayers, ["_mhc_read"] * 3 * sublayers]  # every call compiled
+    assert [counter.frame_count for counter in counters.values()] == [1, 2]
+
+
+def test_decoded_tokens_run_one_direct_inductor_graph(stock_llama, monkeypatch):
+    """Without grad, a call whose shapes are all fixed (a decoded token at batch 1) runs one inductor graph of exactly
+    that call, built once and called directly (`zoo_common._inductor_graph`: no guards or runtime wrappers, about 50
+    us less per call than through `torch.compile`): cached greedy decoding gives the tokens and scores of the eager
+    path (`hc_fused=False`), and the graph is built once for every decoded token of every sublayer."""
+    from interlayer.models import zoo_common
+
+    built = []
+    build = zoo_common._inductor_graph
+    monkeypatch.setattr(zoo_common, "_inductor_graph", lambda fn, args: built.append(fn.__name__) or build(fn, args))
+    monkeypatch.setattr(hc_module, "_fused_mhc_read", Fused(hc_module._mhc_read, {"streams": (0, 1)}))
+    prompt = lm_batch(lengths=(6,))["input_ids"]
+    outputs, greedy = [], dict(max_new_tokens=4, do_sample=False, output_scores=True, return_dict_in_generate=True)
+    for options in (dict(hc_fused=False), {}):
+        model = randomised(stock_llama[0], **options).eval()
+        with torch.no_grad():
+            outputs.append(model.generate(prompt, **greedy))
+    assert built == ["_mhc_read"] and len(hc_module._fused_mhc_read.graphs) == 2  # the prompt's graph and the token's
+    torch.testing.assert_close(outputs[1].sequences, outputs[0].sequences)
+    torch.testing.assert_close(torch.stack(outputs[1].scores), torch.stack(outputs[0].scores))
+
+
+def test_fused_runs_where_the_direct_graph_cannot_be_built(monkeypatch):
+    """Where inductor's direct entry points fail (moved in another torch, say), a fixed-shape call without grad is
+    compiled by `torch.compile` instead, with the same result."""
+    import torch._inductor.compile_fx
+
+    from interlayer.models import zoo_common
+
+    def fails(*args, **kwargs):
+        raise ImportError("compile_fx_inner moved")
+
+    monkeypatch.setattr(torch._inductor.compile_fx, "compile_fx_inner", fails)
+    fused = Fused(hc_module._rms_scale, dynamic_dims={"x": (0,)})
+    x = torch.randn(1, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(fused(x), hc_module._rms_scale(x))
+    assert zoo_common._inductor_graph(hc_module._rms_scale, (x,)) is None
+    assert Fused.compiled_calls > 0 and len(fused.graphs) == 1
 
 
 def test_fused_refuses_dynamic_dims_of_an_unknown_argument():
