@@ -377,14 +377,21 @@ def _mhc_coefficients(flat, weight, pre, post, res, scale, k: int, iters: int, r
 _fused_mhc_coefficients = Fused(_mhc_coefficients, dynamic_dims={"flat": (0,)})
 
 
+def _per_token(fn, streams: torch.Tensor, *args) -> tuple:
+    """`fn(flat, *args)` of the streams `[..., K, D]` flattened in fp32 to `[tokens, K*D]` (the coefficient functions
+    compute on that), its outputs (None or `[tokens, ...]`) given back the streams' leading shape."""
+    flat = streams.float().flatten(-2)
+    made = fn(flat.flatten(0, -2), *args)
+    return tuple(None if c is None else c.unflatten(0, flat.shape[:-1]) for c in made)
+
+
 def _mhc_read(streams, weight, pre, post, res, scale, k: int, iters: int, form: tuple):
     """Without grad, for input-dependent mHC: the coefficients of `streams` `[batch, seq, K, D]` from the parameters
     as they are (`_mhc_coefficients` in fp32), rounded to the streams' dtype, and the read-in and mixing product
     (`_read_mix`): `(x, mixed, pre, post, res)`, what `FastHyperConnectionMixin.forward` computes with grad in steps."""
-    flat = streams.float().flatten(-2)
     params = (weight.float(), pre.float(), post.float(), res.float(), scale.float())
-    made = _mhc_coefficients(flat.flatten(0, -2), *params, k, iters, False, form)
-    pre, post, res = (c.unflatten(0, flat.shape[:-1]).to(streams.dtype) for c in made)
+    made = _per_token(_mhc_coefficients, streams, *params, k, iters, False, form)
+    pre, post, res = (c.to(streams.dtype) for c in made)
     return *_read_mix(torch.cat([pre.unsqueeze(-2), res], dim=-2), streams), pre, post, res
 
 
@@ -502,11 +509,8 @@ class FastHyperConnectionMixin:
                 fn = _fused_mhc_coefficients if fused else _mhc_coefficients
                 weight, scale = self.dynamic_proj.weight.float(), self.dynamic_scale.float()
                 recompute = torch.is_grad_enabled() and not fused
-                flat = streams.float().flatten(-2)  # [..., K*D], computed on as [tokens, K*D]
-                form = (self.mode, self.variant, self.eps, self.magnitude)
-                args = (weight, pre, post, res, scale, self.streams, self.sinkhorn_iters, recompute, form)
-                made = fn(flat.flatten(0, -2), *args)
-                pre, post, res = (None if c is None else c.unflatten(0, flat.shape[:-1]) for c in made)
+                args = (weight, pre, post, res, scale, self.streams, self.sinkhorn_iters, recompute, self.form)
+                pre, post, res = _per_token(fn, streams, *args)
             elif self.mode == "mhc":
                 pre, post, res = constrain(
                     pre, post, res, self.mode, self.variant, self.sinkhorn_iters, self.eps, self.magnitude
@@ -514,12 +518,16 @@ class FastHyperConnectionMixin:
         dtype = streams.dtype
         return pre.to(dtype), post.to(dtype), None if res is None else res.to(dtype)
 
+    @property
+    def form(self) -> tuple:
+        """`(mode, variant, eps, magnitude)`: what the coefficient functions' constraints (`constrain`) take."""
+        return (self.mode, self.variant, self.eps, self.magnitude)
+
     def _fused_read(self, streams: torch.Tensor):
         """`(x, mixed, H_pre, H_post, H_res)` without grad, for input-dependent mHC, as one compiled call
         (`_fused_mhc_read`)."""
-        form = (self.mode, self.variant, self.eps, self.magnitude)
         params = (self.dynamic_proj.weight, self.pre, self.post, self.res, self.dynamic_scale)
-        args = (streams, *params, self.streams, self.sinkhorn_iters, form)
+        args = (streams, *params, self.streams, self.sinkhorn_iters, self.form)
         if not torch.is_autocast_enabled(streams.device.type):
             return _fused_mhc_read(*args)
         with torch.autocast(device_type=streams.device.type, enabled=False):
