@@ -187,6 +187,11 @@ def cmd_results(args) -> int:
     if scale not in SCALES:
         raise ValueError(f"`--scale` must be one of {list(SCALES)}, got {scale!r}.")
     chosen = [known[name] for name in names]
+    if args.summary:
+        from .results.report import summary_markdown
+
+        print(summary_markdown(Path(args.out)), end="")
+        return 0
     if args.plan:
         from .results.core import plan
 
@@ -448,6 +453,11 @@ def build_parser() -> argparse.ArgumentParser:
     results.add_argument("--work", help="folder for checkpoints and scratch files (default: OUT/work)")
     results.add_argument("--report", help="write the markdown report with its plots here (e.g. docs/results.md)")
     results.add_argument("--report-only", action="store_true", help="run nothing; only tabulate what --out holds")
+    results.add_argument(
+        "--summary",
+        action="store_true",
+        help="print the training recipes' declared comparisons from what --out holds (the README's table); run nothing",
+    )
     results.add_argument(
         "--plan",
         action="store_true",

@@ -379,6 +379,50 @@ def verdict_line(recipe, methods: dict, found: list[Comparison]) -> str:
     return f"{head}: " + ". ".join(parts) + "."
 
 
+def count(n: int) -> str:
+    """A parameter count in a summary cell: 930, 69,180, 1.11M, 135M."""
+    return f"{n:,}" if n < 100_000 else f"{n / 1e6:.3g}M"
+
+
+def summary_table(known: dict, grouped: dict, found: list[Comparison]) -> list[str]:
+    """The training recipes' declared comparisons (`found`'s headline family) in one table: the method's and its
+    baseline's means over seeds, the paired difference with its interval, the Holm-adjusted p and the verdict."""
+    lines = [
+        "| recipe | metric | method | trainable | mean | against | its mean | difference (95% interval) | Holm p | "
+        "verdict |",
+        "| --- | --- | --- | ---: | ---: | --- | ---: | ---: | ---: | --- |",
+    ]
+    shown = None
+    for c in found:
+        if c.family != "headline":
+            continue
+        recipe, methods = known[c.recipe], grouped[c.recipe]
+
+        def mean(method):
+            return fmt(interval(list(methods[method].metrics[recipe.primary].values()), scale_of(recipe.primary)))
+
+        name = metric = ""
+        if c.recipe != shown:
+            shown = c.recipe
+            name = c.recipe + ("" if c.tuned else " (fixed rates)")
+            metric = f"{recipe.primary}, {'higher' if recipe.higher_is_better else 'lower'} is better"
+        trainable = "/".join(count(n) for n in sorted(methods[c.method].trainable))
+        lines.append(
+            f"| {name} | {metric} | {c.method} | {trainable} | {mean(c.method)} | {c.baseline} | {mean(c.baseline)} | "
+            f"{fmt_difference(c.result)} | {p_text(c.adjusted)} | {c.verdict(recipe.higher_is_better)} |"
+        )
+    return lines
+
+
+def summary_markdown(out: Path) -> str:
+    """`summary_table` of `out`'s CSVs, as the README carries it (`interlayer results --summary`)."""
+    from . import recipes
+
+    known = recipes()
+    grouped = summaries(read_csvs(out))
+    return "\n".join(summary_table(known, grouped, comparisons(known, grouped))) + "\n"
+
+
 def write_report(out: Path, path: Path) -> str:
     """Write the report to `path` (markdown): every recipe, with the results `out`'s CSVs hold for it and their plots
     (in `img/` beside `path`); returns the markdown."""
@@ -461,6 +505,7 @@ def write_report(out: Path, path: Path) -> str:
         "interlayer results --out results --work runs/results-work --report docs/results.md   # the cpu scale",
         "interlayer results --scale seed --recipes hc-gsm8k --out results-seed   # a seed's own setting, on a GPU",
         "interlayer results --plan --scale seed             # what each recipe runs at a scale, and its cost",
+        "interlayer results --summary                       # the README's table of the declared comparisons",
         "```",
         "",
         "A finished run is never repeated (`OUT/runs/<recipe>/<method>/...json`), so an interrupted run resumes "
@@ -469,6 +514,16 @@ def write_report(out: Path, path: Path) -> str:
         "",
         "## Which mechanism for what",
         "",
+    ]
+    if any(c.family == "headline" for c in found):
+        head += [
+            "The training recipes' declared comparisons (the README's table; `fixed rates`: rows recorded before the "
+            "recipe's learning-rate sweep, so its methods were not tuned alike):",
+            "",
+            *summary_table(known, grouped, found),
+            "",
+        ]
+    head += [
         *(verdicts or ["No recipe has a recorded run yet: nothing can be said about what any mechanism buys."]),
         "",
     ]

@@ -345,3 +345,22 @@ def test_docs_results_is_the_report_of_the_committed_results(tmp_path):
     root = Path(__file__).resolve().parents[2]
     expected = write_report(root / "results", tmp_path / "results.md").replace(str(root / "results"), "results")
     assert (root / "docs" / "results.md").read_text() == expected
+
+
+def test_the_readme_carries_the_summary_the_command_prints(capsys):
+    """The README's results table is `interlayer results --summary` of the committed CSVs, between its markers:
+    regenerate it whenever results/*.csv or the recipes' comparisons change."""
+    from pathlib import Path
+
+    from interlayer.results.report import summary_markdown
+
+    root = Path(__file__).resolve().parents[2]
+    assert main(["results", "--summary", "--out", str(root / "results")]) == 0
+    printed = capsys.readouterr().out
+    assert printed == summary_markdown(root / "results")
+    assert printed.count("\n") > 2, "the committed results declare comparisons: the table has rows"
+    text = (root / "README.md").read_text()
+    begin, end = "<!-- results: interlayer results --summary -->", "<!-- end of results -->"
+    assert begin in text, "README.md has no results table"
+    table = text.split(begin, 1)[1].split(end, 1)[0].strip("\n") + "\n"
+    assert table == printed, "README.md: results table out of date"
