@@ -209,6 +209,11 @@ def version_banner(recipe, methods: dict) -> list[str]:
     ]
 
 
+def mean_cell(entry: Entry, metric: str) -> str:
+    """A method's `metric` over its seeds, as a table cell (`fmt` of its interval on the metric's scale)."""
+    return fmt(interval(list(entry.metrics[metric].values()), scale_of(metric)))
+
+
 def results_table(recipe, methods: dict) -> list[str]:
     first = next(iter(methods.values())).meta
     lines = [f"Results at the `{first['scale']}` scale:", ""]
@@ -227,9 +232,7 @@ def results_table(recipe, methods: dict) -> list[str]:
     order = [m for m in recipe.methods if m in methods] + sorted(set(methods) - set(recipe.methods))
     for name in order:
         entry = methods[name]
-        cells = [
-            fmt(interval(list(entry.metrics[m].values()), scale_of(m))) if m in entry.metrics else "" for m in metrics
-        ]
+        cells = [mean_cell(entry, m) if m in entry.metrics else "" for m in metrics]
         trainable = "/".join(f"{n:,}" for n in sorted(entry.trainable))
         budget = (budget_text(entry) + " | ") if with_budget else ""
         wall = statistics.fmean(entry.wall.values())
@@ -397,10 +400,6 @@ def summary_table(known: dict, grouped: dict, found: list[Comparison]) -> list[s
         if c.family != "headline":
             continue
         recipe, methods = known[c.recipe], grouped[c.recipe]
-
-        def mean(method):
-            return fmt(interval(list(methods[method].metrics[recipe.primary].values()), scale_of(recipe.primary)))
-
         name = metric = ""
         if c.recipe != shown:
             shown = c.recipe
@@ -408,7 +407,8 @@ def summary_table(known: dict, grouped: dict, found: list[Comparison]) -> list[s
             metric = f"{recipe.primary}, {'higher' if recipe.higher_is_better else 'lower'} is better"
         trainable = "/".join(count(n) for n in sorted(methods[c.method].trainable))
         lines.append(
-            f"| {name} | {metric} | {c.method} | {trainable} | {mean(c.method)} | {c.baseline} | {mean(c.baseline)} | "
+            f"| {name} | {metric} | {c.method} | {trainable} | {mean_cell(methods[c.method], recipe.primary)} | "
+            f"{c.baseline} | {mean_cell(methods[c.baseline], recipe.primary)} | "
             f"{fmt_difference(c.result)} | {p_text(c.adjusted)} | {c.verdict(recipe.higher_is_better)} |"
         )
     return lines
