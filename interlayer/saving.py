@@ -80,6 +80,14 @@ def interrupted_swap(output_dir) -> bool:
     )
 
 
+def _stat_or_none(path):
+    """`os.stat(path)`, or None where the file is gone (asked once: a lock's holder may remove it at any moment)."""
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        return None
+
+
 @contextlib.contextmanager
 def _save_lock(target):
     """Held while a save into `target` starts its staging folder, swaps it into place, or recovers what a killed save
@@ -97,7 +105,7 @@ def _save_lock(target):
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             held = os.fstat(fd)
-            current = os.stat(path) if os.path.exists(path) else None
+            current = _stat_or_none(path)
         except BaseException:
             os.close(fd)
             raise

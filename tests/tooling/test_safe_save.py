@@ -370,3 +370,38 @@ def test_a_record_is_written_whole_where_the_system_has_no_flock(tmp_path, monke
         saving.save_file_atomically(record, lambda path, value=value: open(path, "w").write(json.dumps(value)))
     assert json.loads(record.read_text()) == 1
     assert sorted(os.listdir(tmp_path)) == ["record.json"]
+
+
+def test_the_save_lock_is_taken_when_its_file_vanishes_as_it_is_locked(tmp_path, monkeypatch):
+    """A process that locks the lock file just as its holder removes it finds it gone and locks a new one (before:
+    `os.path.exists` saw the file, the holder removed it, and `os.stat` raised FileNotFoundError out of the save, which
+    failed one of three processes writing one record at once in CI). Here the holder removes the file right after
+    this process's first look at it, whichever call that look is."""
+    from interlayer import saving
+
+    record = tmp_path / "record.json"
+    real_exists, real_stat, vanished = os.path.exists, os.stat, []
+
+    def first_look(path):
+        looked = str(path).endswith("interlayer-lock") and not vanished
+        if looked:
+            vanished.append(path)
+        return looked
+
+    def exists(path):
+        looked = first_look(path)
+        answer = real_exists(path)
+        if looked:
+            os.remove(path)
+        return answer
+
+    def stat(path, *args, **kwargs):
+        if first_look(path):
+            os.remove(path)
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(saving.os.path, "exists", exists)
+    monkeypatch.setattr(saving.os, "stat", stat)
+    saving.save_file_atomically(record, lambda path: open(path, "w").write(json.dumps("whole")))
+    assert vanished and json.loads(record.read_text()) == "whole"
+    assert sorted(os.listdir(tmp_path)) == ["record.json"]
