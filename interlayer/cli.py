@@ -187,6 +187,11 @@ def cmd_results(args) -> int:
     if scale not in SCALES:
         raise ValueError(f"`--scale` must be one of {list(SCALES)}, got {scale!r}.")
     chosen = [known[name] for name in names]
+    if args.report and (args.summary or args.plan):
+        raise ValueError(
+            f"`--report` writes the report of a run or of --report-only; `--{'summary' if args.summary else 'plan'}` "
+            "prints and writes nothing."
+        )
     if args.summary:
         from .results.report import summary_markdown
 
@@ -452,13 +457,14 @@ def build_parser() -> argparse.ArgumentParser:
     results.add_argument("--out", default="results", help="folder of the CSVs and run records (default: %(default)s)")
     results.add_argument("--work", help="folder for checkpoints and scratch files (default: OUT/work)")
     results.add_argument("--report", help="write the markdown report with its plots here (e.g. docs/results.md)")
-    results.add_argument("--report-only", action="store_true", help="run nothing; only tabulate what --out holds")
-    results.add_argument(
+    only = results.add_mutually_exclusive_group()
+    only.add_argument("--report-only", action="store_true", help="run nothing; only tabulate what --out holds")
+    only.add_argument(
         "--summary",
         action="store_true",
         help="print the training recipes' declared comparisons from what --out holds (the README's table); run nothing",
     )
-    results.add_argument(
+    only.add_argument(
         "--plan",
         action="store_true",
         help="print the recipes, methods, seeds, runs and their estimated cost; run nothing",

@@ -414,18 +414,9 @@ def summary_table(known: dict, grouped: dict, found: list[Comparison]) -> list[s
     return lines
 
 
-def summary_markdown(out: Path) -> str:
-    """`summary_table` of `out`'s CSVs, as the README carries it (`interlayer results --summary`)."""
-    from . import recipes
-
-    known = recipes()
-    grouped = summaries(read_csvs(out))
-    return "\n".join(summary_table(known, grouped, comparisons(known, grouped))) + "\n"
-
-
-def write_report(out: Path, path: Path) -> str:
-    """Write the report to `path` (markdown): every recipe, with the results `out`'s CSVs hold for it and their plots
-    (in `img/` beside `path`); returns the markdown."""
+def load(out: Path) -> tuple[list[dict], dict, dict, dict]:
+    """`out`'s CSV rows, the recipes, their reported runs (`summaries`) and tuning runs (`tuning_runs`); rows of a
+    recipe that no longer exists are an error, not left out of a table."""
     from . import recipes
 
     rows = read_csvs(out)
@@ -435,6 +426,19 @@ def write_report(out: Path, path: Path) -> str:
     unknown = sorted((set(grouped) | set(trials)) - set(known))
     if unknown:
         raise ValueError(f"{out} holds rows of unknown recipes {unknown}; the recipes: {', '.join(known)}")
+    return rows, known, grouped, trials
+
+
+def summary_markdown(out: Path) -> str:
+    """`summary_table` of `out`'s CSVs, as the README carries it (`interlayer results --summary`)."""
+    _, known, grouped, _ = load(out)
+    return "\n".join(summary_table(known, grouped, comparisons(known, grouped))) + "\n"
+
+
+def write_report(out: Path, path: Path) -> str:
+    """Write the report to `path` (markdown): every recipe, with the results `out`'s CSVs hold for it and their plots
+    (in `img/` beside `path`); returns the markdown."""
+    rows, known, grouped, trials = load(out)
     found = comparisons(known, grouped)
     images = path.parent / "img"
     body, verdicts = [], []

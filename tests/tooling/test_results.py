@@ -284,6 +284,28 @@ def test_bad_command_lines_name_the_option(capsys):
     assert "`--scale` must be one of ['quick', 'cpu', 'seed'], got 'gpu'" in capsys.readouterr().err
     assert main(["results", "--scale", "seed", "--plan"]) == 0
     assert "Qwen3-0.6B" in capsys.readouterr().out
+    for first, second in (("--summary", "--plan"), ("--plan", "--report-only"), ("--summary", "--report-only")):
+        with pytest.raises(SystemExit):  # before: --summary, then --plan, silently won
+            main(["results", first, second])
+        assert f"argument {second}: not allowed with argument {first}" in capsys.readouterr().err
+    assert main(["results", "--summary", "--report", "x.md"]) == 2
+    assert "`--summary` prints and writes nothing" in capsys.readouterr().err
+
+
+def test_the_summary_refuses_rows_of_an_unknown_recipe_as_the_report_does(tmp_path, capsys):
+    """A CSV of a recipe that no longer exists (renamed or removed) is an error in both tables (before: the README's
+    summary left its rows out silently, while the report refused them)."""
+    from pathlib import Path
+
+    with open(Path(__file__).resolve().parents[2] / "results" / "hc-gsm8k.csv", newline="") as f:
+        rows = [{**row, "recipe": "hc-gsm9k"} for row in csv.DictReader(f)]
+    with open(tmp_path / "hc-gsm9k.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    for command in (["--summary"], ["--report-only", "--report", str(tmp_path / "results.md")]):
+        assert main(["results", *command, "--out", str(tmp_path)]) == 2
+        assert "holds rows of unknown recipes ['hc-gsm9k']" in capsys.readouterr().err
 
 
 def test_a_repeated_list_option_adds_to_the_list(capsys):
