@@ -49,7 +49,7 @@ from torch.utils.checkpoint import checkpoint
 
 from .hyper_connections_kernels import kernels_for
 from .hyper_connections_maths import COEFFICIENT_EPS, constrain, gated_read, mhc_mixing
-from .zoo_common import Fused, StatsAccumulator
+from .zoo_common import EVAL_PREFIX, Fused, StatsAccumulator
 
 
 def _recomputed_mixing(res, iters: int, variant: str, eps: float):
@@ -287,10 +287,11 @@ class CompositeGain:
         return res
 
     @torch.no_grad()
-    def close(self, attention_mask) -> torch.Tensor | None:
-        """Records each sublayer's mean coefficients in its statistics and returns the worst `(row, column)` gain
-        over depth and over the tokens that `attention_mask` (2-d, when given) keeps. Closed, it is not updated again
-        (gradient checkpointing runs the layers again in backward)."""
+    def close(self, attention_mask, stats: "DeferredStatsAccumulator") -> torch.Tensor | None:
+        """Records each sublayer's mean coefficients in `stats` (the model's: three stacked additions, not three per
+        sublayer) and returns the worst `(row, column)` gain over depth and over the tokens that `attention_mask` (2-d,
+        when given) keeps. Closed, it is not updated again (gradient checkpointing runs the layers again in
+        backward)."""
         self.closed = True
         records, self.records = self.records, []
         if not records:
@@ -303,11 +304,9 @@ class CompositeGain:
             pre, post = pre.flatten(1, -2).mean(1), post.flatten(1, -2).mean(1)
         if res.dim() > 3:
             res = res.flatten(1, -3).mean(1)
-        for hc, p, q, r in zip(hcs, pre.unbind(0), post.unbind(0), res.unbind(0)):
-            name = f"hc/L{hc.layer_idx}/{hc.sublayer}"
-            hc.stats.add(f"{name}/pre", p)
-            hc.stats.add(f"{name}/post", q)
-            hc.stats.add(f"{name}/res", r)
+        names = [f"hc/L{hc.layer_idx}/{hc.sublayer}" for hc in hcs]
+        for what, values in (("pre", pre), ("post", post), ("res", res)):
+            stats.add_each(tuple(f"{name}/{what}" for name in names), values)
         if worst.dim() == 1:
             return worst
         if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2:
@@ -317,34 +316,48 @@ class CompositeGain:
 
 
 class DeferredStatsAccumulator(StatsAccumulator):
-    """A `StatsAccumulator` that keeps what is added in a list and sums it when read (or every 256 values): one
-    stacked sum instead of an addition per forward pass (the hyper-connections' coefficients, 3 per sublayer)."""
+    """A `StatsAccumulator` that keeps what is added in a list and sums it when read (or every 256 forwards): one
+    stacked sum instead of an addition per forward pass. `add_each` records statistics of one shape together (the
+    hyper-connections' coefficients of every sublayer: one call a forward instead of one per sublayer, whose Python
+    cost was about 3 ms a forward at the SmolLM2 shape, a tenth of a decoded token)."""
 
     FOLD_EVERY = 256
 
     def __init__(self):
         super().__init__()
-        self._pending: dict[str, list[torch.Tensor]] = {}
-
-    def _record(self, name: str, value: torch.Tensor) -> None:
-        pending = self._pending.setdefault(name, [])
-        pending.append(value)
-        if len(pending) >= self.FOLD_EVERY:
-            self._fold(name)
+        self._pending: dict[tuple[str, ...], list[torch.Tensor]] = {}  # names -> values stacked along them
 
     @torch.no_grad()
-    def _fold(self, name: str) -> None:
-        values = self._pending.pop(name)
-        total = torch.stack(values).float().sum(0)
-        if name in self._sums:
-            self._sums[name] = self._sums[name] + total
-            self._counts[name] += len(values)
-        else:
-            self._sums[name], self._counts[name] = total, len(values)
+    def add_each(self, names: tuple[str, ...], values: torch.Tensor) -> None:
+        """`add(names[i], values[i])` for every `i`, as one record; nothing in a compiled or exported forward."""
+        if torch.compiler.is_compiling():
+            return
+        if len(names) != values.shape[0]:
+            raise ValueError(f"add_each: {len(names)} names for {values.shape[0]} values along dimension 0")
+        self._record(tuple(EVAL_PREFIX + n for n in names) if not self.training else names, values.detach())
+
+    def _record(self, names, values: torch.Tensor) -> None:
+        if isinstance(names, str):  # one statistic, through `add`
+            names, values = (names,), values.unsqueeze(0)
+        pending = self._pending.setdefault(names, [])
+        pending.append(values)
+        if len(pending) >= self.FOLD_EVERY:
+            self._fold(names)
+
+    @torch.no_grad()
+    def _fold(self, names: tuple[str, ...]) -> None:
+        values = self._pending.pop(names)
+        totals = torch.stack(values).float().sum(0)
+        for name, total in zip(names, totals.unbind(0)):
+            if name in self._sums:
+                self._sums[name] = self._sums[name] + total
+                self._counts[name] += len(values)
+            else:
+                self._sums[name], self._counts[name] = total, len(values)
 
     def read(self, reset: bool = True, split: str | None = None) -> dict[str, float]:
-        for name in list(self._pending):
-            self._fold(name)
+        for names in list(self._pending):
+            self._fold(names)
         return super().read(reset=reset, split=split)
 
 
@@ -430,7 +443,8 @@ class ForwardPassMachinery:
 
     @contextlib.contextmanager
     def around_layers(self, model, attention_mask):
-        """Run the layers of `model` inside: then record the worst composite gain in `model.hc_gain_stats`."""
+        """Run the layers of `model` inside: then record the coefficients' means in `model.hc_coefficient_stats` and
+        the worst composite gain in `model.hc_gain_stats`."""
         config = model.config
         recompute = None
         if config.hc_recompute_streams and torch.is_grad_enabled() and not model.gradient_checkpointing:
@@ -441,7 +455,7 @@ class ForwardPassMachinery:
                 yield
         finally:
             gain, self.recompute, self.gain = self.gain, None, None
-        worst = gain.close(attention_mask)
+        worst = gain.close(attention_mask, model.hc_coefficient_stats)
         if worst is not None:
             model.hc_gain_stats.add("hc/amax_gain_row_worst", worst[0])
             model.hc_gain_stats.add("hc/amax_gain_col_worst", worst[1])
@@ -450,7 +464,7 @@ class ForwardPassMachinery:
 class FastHyperConnectionMixin:
     """The fast `coefficients` and `forward` of a `HyperConnection` (put before it: modeling_hyper_connections.py's
     `FastHyperConnection`): the same parameters and, to float rounding, the same function (`HyperConnection.forward`
-    is the specification). Records its mean coefficients in `stats` through the forward pass's `CompositeGain`."""
+    is the specification). Its mean coefficients are recorded through the forward pass's `CompositeGain`."""
 
     def __init__(self, config, layer_idx: int, sublayer: str):
         super().__init__(config, layer_idx, sublayer)
@@ -459,7 +473,6 @@ class FastHyperConnectionMixin:
         # inductor's fusion, whose expression then doubles with every round (it did not compile in 5 minutes)
         self.fused = config.hc_fused and self.mode == "mhc" and self.dynamic and self.streams > 1
         self.use_kernels = config.hc_kernels  # on CUDA, the Triton kernels of hyper_connections_kernels.py
-        self.stats = DeferredStatsAccumulator()
         self.machinery = ForwardPassMachinery()  # the model's, shared by all its hyper-connections, once it is built
 
     def _reused(self, make, kind):
@@ -620,7 +633,6 @@ class FastGatedResidualMixin:
 
     def __init__(self, config, layer_idx: int, sublayer: str):
         super().__init__(config, layer_idx, sublayer)
-        self.stats = DeferredStatsAccumulator()
         self.machinery = ForwardPassMachinery()  # the model's, shared by all its hyper-connections, once it is built
 
     def _reader(self, input_norm):

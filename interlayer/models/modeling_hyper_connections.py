@@ -73,6 +73,7 @@ from transformers.generation import GenerationMixin
 
 from .decoder_common import CausalLMMixin, DecoderLayerRolesMixin, DecoderStackMixin, FreezeBaseMixin
 from .hyper_connections_fast import (
+    DeferredStatsAccumulator,
     FastGatedResidualMixin,
     FastHyperConnectionMixin,
     ForwardPassMachinery,
@@ -500,6 +501,7 @@ class HCModelMixin(HCPreTrainedMixin, DecoderStackMixin):
             self.hc_mixer = GatedResidual(config, config.num_hidden_layers, "read_out")
         self.hc_machinery = None
         if config.hc_implementation == "fast":  # what the fast hyper-connections run around the layers of a forward
+            self.hc_coefficient_stats = DeferredStatsAccumulator()  # every sublayer's, recorded once a forward
             self.hc_gain_stats = RunningMaxAccumulator()
             self.hc_machinery = ForwardPassMachinery()
             for hc in self.hyper_connections:
