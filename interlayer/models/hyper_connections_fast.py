@@ -423,6 +423,7 @@ class ForwardPassMachinery:
     def __init__(self):
         self.recompute: StreamRecomputation | None = None
         self.gain: CompositeGain | None = None
+        self.compiling: bool | None = None  # `Fused.allowed()`, asked once for the forward under way
         self.static_maps: dict | None = None  # inside `reusing_static_maps`: {(hyper-connection, dtype): maps}
 
     @contextlib.contextmanager
@@ -449,12 +450,12 @@ class ForwardPassMachinery:
         recompute = None
         if config.hc_recompute_streams and torch.is_grad_enabled() and not model.gradient_checkpointing:
             recompute = StreamRecomputation(every=math.ceil(math.sqrt(2 * config.num_hidden_layers)))
-        self.recompute, self.gain = recompute, CompositeGain()
+        self.recompute, self.gain, self.compiling = recompute, CompositeGain(), Fused.allowed()
         try:
             with recompute if recompute is not None else contextlib.nullcontext():
                 yield
         finally:
-            gain, self.recompute, self.gain = self.gain, None, None
+            gain, self.recompute, self.gain, self.compiling = self.gain, None, None, None
         worst = gain.close(attention_mask, model.hc_coefficient_stats)
         if worst is not None:
             model.hc_gain_stats.add("hc/amax_gain_row_worst", worst[0])
@@ -518,8 +519,8 @@ class FastHyperConnectionMixin:
                 scale = self.dynamic_scale.float()
                 pre, post, res = pre + scale[0] * d_pre, post + scale[1] * d_post, res + scale[2] * d_res
             elif self.dynamic:  # fused: one compiled graph (Sinkhorn's backward in it too, so nothing to recompute)
-                fused = self.fused and _fused_mhc_coefficients.active()
-                fn = _fused_mhc_coefficients if fused else _mhc_coefficients
+                fused = self.fused and self._compiled(_fused_mhc_coefficients)
+                fn = _fused_mhc_coefficients.run if fused else _mhc_coefficients
                 weight, scale = self.dynamic_proj.weight.float(), self.dynamic_scale.float()
                 recompute = torch.is_grad_enabled() and not fused
                 args = (weight, pre, post, res, scale, self.streams, self.sinkhorn_iters, recompute, self.form)
@@ -530,6 +531,15 @@ class FastHyperConnectionMixin:
                 )
         dtype = streams.dtype
         return pre.to(dtype), post.to(dtype), None if res is None else res.to(dtype)
+
+    def _compiled(self, fused: Fused) -> bool:
+        """Whether the `Fused` function `fused` runs compiled now (`Fused.active`), asked of the forward pass under way
+        (`machinery.compiling`: once, not at each of its sublayers) or, outside one (a layer run on its own or compiled
+        on its own, gradient checkpointing's recomputation in backward), now."""
+        compiling = self.machinery.compiling
+        if compiling is None or torch.compiler.is_compiling():
+            return fused.active()
+        return compiling and fused.unavailable is None
 
     @property
     def form(self) -> tuple:
@@ -542,9 +552,9 @@ class FastHyperConnectionMixin:
         params = (self.dynamic_proj.weight, self.pre, self.post, self.res, self.dynamic_scale)
         args = (streams, *params, self.streams, self.sinkhorn_iters, self.form)
         if not torch.is_autocast_enabled(streams.device.type):
-            return _fused_mhc_read(*args)
+            return _fused_mhc_read.run(*args)
         with torch.autocast(device_type=streams.device.type, enabled=False):
-            return _fused_mhc_read(*args)
+            return _fused_mhc_read.run(*args)
 
     def _maps(self, streams: torch.Tensor):
         """`(H_pre, H_post, H_res, [H_pre; H_res])`, the last the maps of the read-in and mixing product (`[H_pre]`
@@ -566,7 +576,7 @@ class FastHyperConnectionMixin:
         if recompute is not None:
             recompute.reading(streams)
         grad = torch.is_grad_enabled()
-        if not grad and self.fused and _fused_mhc_read.active():
+        if not grad and self.fused and self._compiled(_fused_mhc_read):
             x, mixed, pre, post, res = self._fused_read(streams)
             maps = None
         elif self.dynamic:

@@ -511,9 +511,15 @@ class Fused:
 
     def active(self) -> bool:
         """Whether a call now runs a compiled function."""
+        return self.unavailable is None and Fused.allowed()
+
+    @staticmethod
+    def allowed() -> bool:
+        """Whether a call now may run a compiled function, for every `Fused` function (`active`, less the failures of
+        one function). A model asks once per forward pass what its layers would ask at every call: nothing on the
+        stack above its layers changes during one (`compiling_switched_off` walks that stack)."""
         return (
-            self.unavailable is None
-            and not torch.compiler.is_compiling()
+            not torch.compiler.is_compiling()
             and not is_in_torch_dispatch_mode()
             and not torch.jit.is_tracing()
             # vmap, grad, jacrev: torch cannot differentiate a compiled graph twice (`_TwiceDifferentiable`), and a
@@ -563,8 +569,11 @@ class Fused:
         return tuple(kind)
 
     def __call__(self, *args):
-        if not self.active():
-            return self.fn(*args)
+        return self.run(*args) if self.active() else self.fn(*args)
+
+    def run(self, *args):
+        """The call where `active()` is known to be True: the compiled function (or, for a kind of call that cannot
+        run compiled, `fn`)."""
         if self._dynamic_args:
             args = list(args)
             for index in self._dynamic_args:
@@ -636,9 +645,15 @@ def _inductor_graph(fn, args):
         logger.debug(f"{fn.__name__}: no direct inductor graph ({type(error).__name__}: {error})")
         return None
     spec = structure[-1]
+    if spec == pytree.tree_structure(tuple(range(spec.num_leaves))):  # a flat tuple of tensors: no unflattening
 
-    def call(*args):
-        return pytree.tree_unflatten(compiled([args[index] for index in positions]), spec)
+        def call(*args):
+            return tuple(compiled([args[index] for index in positions]))
+
+    else:
+
+        def call(*args):
+            return pytree.tree_unflatten(compiled([args[index] for index in positions]), spec)
 
     return call
 

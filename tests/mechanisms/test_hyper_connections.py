@@ -808,6 +808,27 @@ def test_decoded_tokens_run_one_direct_inductor_graph(stock_llama, monkeypatch):
     torch.testing.assert_close(torch.stack(outputs[1].scores), torch.stack(outputs[0].scores))
 
 
+def test_a_forward_asks_the_compile_switches_once(stock_llama, monkeypatch):
+    """Whether a compiled function may run (`Fused.allowed`, whose check of torch's switches walks the Python stack)
+    is asked once per eager forward pass, not at every sublayer (twice at each, before: about 2% of a decoded token),
+    with grad and without; every sublayer's call still runs compiled."""
+    from interlayer.models import zoo_common
+
+    asked = []
+    check = zoo_common.compiling_switched_off
+    monkeypatch.setattr(zoo_common, "compiling_switched_off", lambda: asked.append(1) or check())
+    model = randomised(stock_llama[0]).train()
+    batch = lm_batch()
+    batch["labels"] = lm_labels(batch)
+    for grad in (True, False):
+        asked.clear()
+        before = Fused.compiled_calls
+        with torch.set_grad_enabled(grad):
+            model(**batch)
+        assert len(asked) == 1, f"grad={grad}: asked {len(asked)} times"
+        assert Fused.compiled_calls - before == 2 * model.config.num_hidden_layers
+
+
 def test_fused_runs_where_the_direct_graph_cannot_be_built(monkeypatch):
     """Where inductor's direct entry points fail (moved in another torch, say), a fixed-shape call without grad is
     compiled by `torch.compile` instead, with the same result."""
