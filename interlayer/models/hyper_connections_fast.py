@@ -47,6 +47,7 @@ from torch import nn
 from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 from torch.utils.checkpoint import checkpoint
 
+from .hyper_connections_cpu import mhc_read as cpu_mhc_read
 from .hyper_connections_kernels import kernels_for
 from .hyper_connections_maths import COEFFICIENT_EPS, constrain, gated_read, mhc_mixing
 from .zoo_common import EVAL_PREFIX, Fused, StatsAccumulator
@@ -408,7 +409,8 @@ def _mhc_read(streams, weight, pre, post, res, scale, k: int, iters: int, form: 
     return *_read_mix(torch.cat([pre.unsqueeze(-2), res], dim=-2), streams), pre, post, res
 
 
-# a decoded token's boundary up to the sublayer in one call (its ~20 eager operations cost 2-3 times the call)
+# a decoded token's boundary up to the sublayer in one call (its ~20 eager operations cost 2-3 times the call);
+# the fp32 streams of a few tokens on a CPU are read by one C++ function instead (hyper_connections_cpu.py)
 _fused_mhc_read = Fused(_mhc_read, dynamic_dims={"streams": (0, 1)})
 
 
@@ -547,10 +549,13 @@ class FastHyperConnectionMixin:
         return (self.mode, self.variant, self.eps, self.magnitude)
 
     def _fused_read(self, streams: torch.Tensor):
-        """`(x, mixed, H_pre, H_post, H_res)` without grad, for input-dependent mHC, as one compiled call
-        (`_fused_mhc_read`)."""
+        """`(x, mixed, H_pre, H_post, H_res)` without grad, for input-dependent mHC: one C++ function for the fp32
+        streams of a few tokens on a CPU (`cpu_mhc_read`), else one compiled call (`_fused_mhc_read`)."""
         params = (self.dynamic_proj.weight, self.pre, self.post, self.res, self.dynamic_scale)
         args = (streams, *params, self.streams, self.sinkhorn_iters, self.form)
+        read = cpu_mhc_read(*args)  # a decoded token on a CPU: one C++ function
+        if read is not None:
+            return read
         if not torch.is_autocast_enabled(streams.device.type):
             return _fused_mhc_read.run(*args)
         with torch.autocast(device_type=streams.device.type, enabled=False):

@@ -18,6 +18,7 @@ from transformers import Trainer, TrainingArguments
 
 from interlayer import LlamaMHCForCausalLM, Qwen3MHCForCausalLM
 from interlayer.callbacks import MechanismStatsCallback
+from interlayer.models import hyper_connections_cpu as cpu_read
 from interlayer.models import hyper_connections_fast as hc_module
 from interlayer.models.modeling_hyper_connections import FastHyperConnection, HyperConnection, sinkhorn_knopp
 from interlayer.models.zoo_common import Fused
@@ -763,7 +764,14 @@ def test_fused_coefficients_are_the_default_and_equal_the_eager_path(stock_llama
     assert fused_stats.keys() == stats.keys() and all(fused_stats[k] == pytest.approx(stats[k]) for k in stats)
 
 
-def test_fused_coefficients_compile_once_for_every_batch_shape(stock_llama, monkeypatch):
+@pytest.fixture
+def compiled_read(monkeypatch):
+    """Every no-grad read through the compiled function (`_fused_mhc_read`), as for bf16 streams or more tokens than
+    the C++ read of hyper_connections_cpu.py takes, which reads the fp32 streams of a few tokens otherwise."""
+    monkeypatch.setattr(cpu_read, "MAX_TOKENS", 0)
+
+
+def test_fused_coefficients_compile_once_for_every_batch_shape(stock_llama, monkeypatch, compiled_read):
     """The fused coefficients' graph has the number of tokens as a symbol: training steps at three batch shapes
     compile it once, and no-grad forwards at the same shapes compile the no-grad boundary (`_fused_mhc_read`, batch and
     length symbolic) twice, once for a batch of one (torch specialises a size of 1), so a new batch or length does not
@@ -786,11 +794,12 @@ def test_fused_coefficients_compile_once_for_every_batch_shape(stock_llama, monk
     assert [counter.frame_count for counter in counters.values()] == [1, 2]
 
 
-def test_decoded_tokens_run_one_direct_inductor_graph(stock_llama, monkeypatch):
-    """Without grad, a call whose shapes are all fixed (a decoded token at batch 1) runs one inductor graph of exactly
-    that call, built once and called directly (`zoo_common._inductor_graph`: no guards or runtime wrappers, about 50
-    us less per call than through `torch.compile`): cached greedy decoding gives the tokens and scores of the eager
-    path (`hc_fused=False`), and the graph is built once for every decoded token of every sublayer."""
+def test_decoded_tokens_run_one_direct_inductor_graph(stock_llama, monkeypatch, compiled_read):
+    """Without grad, where the C++ read does not run (bf16 streams, no compiler; here switched off), a call whose
+    shapes are all fixed (a decoded token at batch 1) runs one inductor graph of exactly that call, built once and
+    called directly (`zoo_common._inductor_graph`: no guards or runtime wrappers, about 50 us less per call than
+    through `torch.compile`): cached greedy decoding gives the tokens and scores of the eager path (`hc_fused=False`),
+    and the graph is built once for every decoded token of every sublayer."""
     from interlayer.models import zoo_common
 
     built = []
