@@ -109,8 +109,10 @@ class HyperConnectionFields(ZooConfigFields):
             the sigmoids, the Sinkhorn-Knopp rounds and their backward fused into a few kernels): 3x fewer microseconds
             for the coefficients of a decoded token, once a compilation per grad mode is paid in a process (seconds; the
             number of tokens is a symbol, so a new batch or length compiles nothing, and a single token has a graph of
-            its own). Without grad, the coefficients and the read-in and mixing product are one such function, which a
-            decoded token at batch 1 runs as one inductor graph called directly (no guards or wrappers around it). Same
+            its own). Without grad, the coefficients and the read-in and mixing product are one such function, which
+            the fp32 streams of up to 8 tokens on a CPU (a decoded step) read through one C++ function instead
+            (hyper_connections_cpu.py, built once per machine by inductor's C++ code cache; where it cannot be built,
+            one warning) and a decoded token at batch 1 otherwise runs as one inductor graph called directly. Same
             results to rounding. A kept graph takes a second backward (`retain_graph=True`) and a gradient can be
             differentiated again (`create_graph=True`, through the eager function, as torch cannot differentiate a
             compiled backward). Computed eagerly where a compiled call cannot run: inside a model compiled or exported
