@@ -163,7 +163,7 @@ LAYERS = [
     {p.stem for p in (PACKAGE / "models").glob("configuration_*.py")} - {"configuration_sentinel_encoders"},
     {"configuration_sentinel_encoders"},
     {"hyper_connections_maths", "sentinel_common"},
-    {"hyper_connections_triton"},
+    {"hyper_connections_triton", "hyper_connections_cpu"},
     {"hyper_connections_kernels"},
     {"hyper_connections_fast"},
     {p.stem for p in (PACKAGE / "models").glob("modeling_*.py")},
