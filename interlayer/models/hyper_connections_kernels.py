@@ -33,7 +33,7 @@ import functools
 
 import torch
 
-from .hyper_connections_maths import MHC_EPS
+from .hyper_connections_maths import COEFFICIENT_EPS, MHC_EPS
 from .zoo_common import logger
 
 DEVICES = ("cuda",)  # device types whose streams take the kernels (the tests add "cpu" under Triton's interpreter)
@@ -123,7 +123,7 @@ class Kernels:
         if hc.dynamic:
             weight, scale = hc.dynamic_proj.weight.float().t(), hc.dynamic_scale.float()
         if hc.mode == "dynamic":  # per stream: z = Linear(RMSNorm(h_k)), [..., K, K + 2]
-            z = calls["mm_norm"](streams.reshape(-1, streams.shape[-1]), weight)[0].unflatten(0, streams.shape[:-1])
+            z = self.project(calls, streams.reshape(-1, streams.shape[-1]), weight).unflatten(0, streams.shape[:-1])
             if hc.dynamic_tanh:
                 z = torch.tanh(z)
             return pre + scale[0] * z[..., 0], post + scale[1] * z[..., 1], res + scale[2] * z[..., 2:].mT
@@ -132,12 +132,22 @@ class Kernels:
         base = torch.cat([pre, post, res.flatten()])
         maps = calls["deepseek_maps" if hc.variant == "deepseek_v4" else "seed_maps"]
         if hc.dynamic:  # z = Linear(RMSNorm(flatten(h))), [tokens, K(K + 2)]
-            mix = calls["mm_norm"](streams.reshape(-1, k * streams.shape[-1]), weight)[0]
+            mix = self.project(calls, streams.reshape(-1, k * streams.shape[-1]), weight)
             coefficients = maps(mix, base, scale, k, hc.sinkhorn_iters)
             pre, post, res = (c.unflatten(0, streams.shape[:-2]) for c in coefficients)
         else:
             pre, post, res = (c[0] for c in maps(None, base, base.new_zeros(3), k, hc.sinkhorn_iters))
         return pre, post, res.mT if hc.variant == "deepseek_v4" else res
+
+    @staticmethod
+    def project(calls: dict, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """`RMSNorm(x) W` in fp32, `[tokens, outputs]`: Liger-Kernel's kernel, except for fp32 streams while torch's
+        fp32 products are exact (`torch.get_float32_matmul_precision() == "highest"`, the default): Liger's `tl.dot`
+        multiplies fp32 in TF32 on Ampere and newer (measured on an H200: relative errors up to 2.8e-3 in the logits
+        of dynamic HC), so there the product is PyTorch's, exact as every other fp32 product of the model."""
+        if x.dtype == torch.float32 and torch.get_float32_matmul_precision() == "highest":
+            return (x @ weight) * torch.rsqrt(x.square().mean(-1, keepdim=True) + COEFFICIENT_EPS)
+        return calls["mm_norm"](x, weight)[0]
 
     def read_in(self, streams: torch.Tensor, pre: torch.Tensor) -> torch.Tensor:
         """`x = sum_k H_pre[k] h_k` for streams `[..., K, D]`: `[..., D]`."""

@@ -23,6 +23,7 @@ from transformers.testing_utils import CaptureLogger
 
 from interlayer import LlamaMHCForCausalLM
 from interlayer.models import hyper_connections_kernels as dispatch
+from interlayer.models.hyper_connections_maths import rms_norm
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -136,3 +137,31 @@ def test_a_saved_model_loads_and_runs_where_triton_is_not_installed(tmp_path):
         [sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True, env=env, timeout=300
     )
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+@pytest.mark.parametrize(
+    "precision, dtype, liger",
+    [("highest", torch.float32, False), ("high", torch.float32, True), ("highest", torch.bfloat16, True)],
+)
+def test_fp32_coefficients_are_projected_exactly_unless_torch_allows_tf32(precision, dtype, liger):
+    """The input-dependent coefficients' `RMSNorm(x) W` of fp32 streams is PyTorch's exact product while torch keeps
+    fp32 products exact (its default); Liger-Kernel's projection, which multiplies fp32 in TF32 on Ampere and newer
+    (relative errors up to 2.8e-3 in dynamic HC's logits on an H200), runs for lower precisions, and where the user
+    allowed TF32."""
+    g = torch.Generator().manual_seed(0)
+    x, weight = torch.randn(5, 12, generator=g).to(dtype), torch.randn(12, 3, generator=g).to(dtype)
+    called = []
+
+    def liger_mm_norm(x, phi):
+        called.append(x)
+        return torch.full((x.shape[0], phi.shape[1]), 7.0), None
+
+    saved = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(precision)
+    try:
+        got = dispatch.Kernels.project({"mm_norm": liger_mm_norm}, x, weight)
+    finally:
+        torch.set_float32_matmul_precision(saved)
+    assert bool(called) == liger
+    expected = torch.full((5, 3), 7.0) if liger else rms_norm(x.double()) @ weight.double()
+    torch.testing.assert_close(got, expected.float())
