@@ -10,7 +10,7 @@ TORCH_INDEX ?=
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.interlayer-installed
 
-.PHONY: install demo test lint bench
+.PHONY: install demo test lint bench gpu-check
 
 # constraints.txt pins the transformers version the suite was run with (the package itself takes a range), so that
 # `make test` and CI install one tested version.
@@ -47,3 +47,9 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[bench]"
 	$(BIN)/interlayer bench --out runs/bench
+
+# the GPU check (benchmarks/gpu_check.py): the contract and the hyper-connection kernels on CUDA, and their cost against
+# stock; on a machine whose python already holds a CUDA torch, Triton and Liger-Kernel: make gpu-check PYTHON_GPU=python3
+PYTHON_GPU ?= $(BIN)/python
+gpu-check:
+	$(PYTHON_GPU) benchmarks/gpu_check.py --out runs/gpu_check
