@@ -169,7 +169,7 @@ def mhc_read(streams, weight, pre, post, res, scale, k: int, iters: int, form: t
     kernel, _ = load()
     if kernel is None:
         return None
-    mode, variant, eps, _ = form
+    _, variant, eps, _ = form
     streams = streams.contiguous()
     x, mixed = streams.new_empty((*lead, width)), torch.empty_like(streams)
     h_pre, h_post, h_res = (streams.new_empty((*lead, *shape)) for shape in ((k,), (k,), (k, k)))

@@ -50,7 +50,7 @@ from torch.utils.checkpoint import checkpoint
 from .hyper_connections_cpu import mhc_read as cpu_mhc_read
 from .hyper_connections_kernels import kernels_for
 from .hyper_connections_maths import COEFFICIENT_EPS, constrain, gated_read, mhc_mixing
-from .zoo_common import EVAL_PREFIX, Fused, StatsAccumulator
+from .zoo_common import Fused, StatsAccumulator
 
 
 def _recomputed_mixing(res, iters: int, variant: str, eps: float):
@@ -287,6 +287,16 @@ class CompositeGain:
             shift *= 2
         return res
 
+    @staticmethod
+    def names(hcs: list, stats: "DeferredStatsAccumulator") -> dict[str, tuple[str, ...]]:
+        """The statistics' names of the sublayers `hcs`, `{"pre" | "post" | "res": names}`, made once per model and
+        sequence of sublayers (kept in `stats.name_cache`, the model's accumulator's)."""
+        key = tuple(map(id, hcs))
+        if key not in stats.name_cache:
+            prefixes = [f"hc/L{hc.layer_idx}/{hc.sublayer}" for hc in hcs]
+            stats.name_cache[key] = {what: tuple(f"{p}/{what}" for p in prefixes) for what in ("pre", "post", "res")}
+        return stats.name_cache[key]
+
     @torch.no_grad()
     def close(self, attention_mask, stats: "DeferredStatsAccumulator") -> torch.Tensor | None:
         """Records each sublayer's mean coefficients in `stats` (the model's: three stacked additions, not three per
@@ -305,9 +315,9 @@ class CompositeGain:
             pre, post = pre.flatten(1, -2).mean(1), post.flatten(1, -2).mean(1)
         if res.dim() > 3:
             res = res.flatten(1, -3).mean(1)
-        names = [f"hc/L{hc.layer_idx}/{hc.sublayer}" for hc in hcs]
+        names = self.names(hcs, stats)
         for what, values in (("pre", pre), ("post", post), ("res", res)):
-            stats.add_each(tuple(f"{name}/{what}" for name in names), values)
+            stats.add_each(names[what], values)
         if worst.dim() == 1:
             return worst
         if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2:
@@ -327,23 +337,34 @@ class DeferredStatsAccumulator(StatsAccumulator):
     def __init__(self):
         super().__init__()
         self._pending: dict[tuple[str, ...], list[torch.Tensor]] = {}  # names -> values stacked along them
+        self._eval_names: dict[tuple[str, ...], tuple[str, ...]] = {}  # names -> under `eval/`, made once
+        self.name_cache: dict = {}  # for a caller that makes its names once per model (`CompositeGain.names`)
+
+    @torch.no_grad()
+    def add(self, name: str, value: torch.Tensor) -> None:
+        self.add_each((name,), value.unsqueeze(0))
 
     @torch.no_grad()
     def add_each(self, names: tuple[str, ...], values: torch.Tensor) -> None:
         """`add(names[i], values[i])` for every `i`, as one record; nothing in a compiled or exported forward."""
-        if torch.compiler.is_compiling():
+        recorded = self._named(names)
+        if recorded is None:
             return
         if len(names) != values.shape[0]:
             raise ValueError(f"add_each: {len(names)} names for {values.shape[0]} values along dimension 0")
-        self._record(tuple(EVAL_PREFIX + n for n in names) if not self.training else names, values.detach())
-
-    def _record(self, names, values: torch.Tensor) -> None:
-        if isinstance(names, str):  # one statistic, through `add`
-            names, values = (names,), values.unsqueeze(0)
+        names = recorded
         pending = self._pending.setdefault(names, [])
-        pending.append(values)
+        pending.append(values.detach())
         if len(pending) >= self.FOLD_EVERY:
             self._fold(names)
+
+    def _named(self, names: tuple[str, ...]) -> tuple[str, ...] | None:
+        """As `StatsAccumulator._named`, with the names under `eval/` made once."""
+        if self.training or torch.compiler.is_compiling():
+            return super()._named(names)
+        if names not in self._eval_names:
+            self._eval_names[names] = super()._named(names)
+        return self._eval_names[names]
 
     @torch.no_grad()
     def _fold(self, names: tuple[str, ...]) -> None:

@@ -690,9 +690,16 @@ class StatsAccumulator(nn.Module):
     @torch.no_grad()
     def add(self, name: str, value: torch.Tensor) -> None:
         """Record `value` under `name` (under `eval/name` in eval mode); nothing in a compiled or exported forward."""
+        named = self._named((name,))
+        if named is not None:
+            self._record(named[0], value.detach())
+
+    def _named(self, names: tuple[str, ...]) -> tuple[str, ...] | None:
+        """`names` as recorded now (under `eval/` in eval mode), or None in a compiled or exported forward, which
+        records nothing."""
         if torch.compiler.is_compiling():
-            return
-        self._record(EVAL_PREFIX + name if not self.training else name, value.detach())
+            return None
+        return names if self.training else tuple(EVAL_PREFIX + name for name in names)
 
     def _record(self, name: str, value: torch.Tensor) -> None:
         value = value.float()

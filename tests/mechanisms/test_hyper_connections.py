@@ -237,9 +237,9 @@ def test_coefficient_statistics_are_their_means_recorded_once_a_forward(stock_ll
         for module in model.hyper_connections
     ]
     records = []
-    record = hc_module.DeferredStatsAccumulator._record
+    add_each = hc_module.DeferredStatsAccumulator.add_each
     monkeypatch.setattr(
-        hc_module.DeferredStatsAccumulator, "_record", lambda self, *a: records.append(a[0]) or record(self, *a)
+        hc_module.DeferredStatsAccumulator, "add_each", lambda self, *a: records.append(a[0]) or add_each(self, *a)
     )
     for split, training in (("train", True), ("eval", False)):
         model.train(training)
