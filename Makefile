@@ -49,7 +49,8 @@ bench: $(STAMP)
 	$(BIN)/interlayer bench --out runs/bench
 
 # the GPU check (benchmarks/gpu_check.py): the contract and the hyper-connection kernels on CUDA, and their cost against
-# stock; on a machine whose python already holds a CUDA torch, Triton and Liger-Kernel: make gpu-check PYTHON_GPU=python3
+# stock, in .venv (make gpu-check TORCH=torch for the index's CUDA build); on a machine whose python already holds a
+# CUDA torch, Triton and Liger-Kernel: make gpu-check PYTHON_GPU=python3
 PYTHON_GPU ?= $(BIN)/python
-gpu-check:
+gpu-check: $(if $(filter $(BIN)/python,$(PYTHON_GPU)),$(STAMP))
 	$(PYTHON_GPU) benchmarks/gpu_check.py --out runs/gpu_check
