@@ -44,7 +44,13 @@ import time
 
 import torch
 import transformers
-from gpu_contract import EXAMPLES, ROOT, contract_rows  # first: it puts the checkout on the path
+from gpu_contract import (
+    EXAMPLES,
+    ROOT,
+    contract_rows,
+    relative_error,
+    worst_gradient,
+)  # first: it puts the checkout on the path
 
 from interlayer import LlamaMHCForCausalLM
 from interlayer.bench import SMOLLM2_SHAPE, build_stock, case_inputs, measure_steps, synchronize, training_step
@@ -87,13 +93,6 @@ TIMED = {
 }
 
 
-def relative_error(a: torch.Tensor, b: torch.Tensor, largest: float = 0.0) -> float:
-    """`max|a - b|` over `max|b|`, plus a tenth of `largest` (the largest gradient of the model: a gradient made of
-    rounding alone, as the first mHC `H_res`'s where every stream is the embedding, is measured against it)."""
-    scale = b.float().abs().max().item() + 0.1 * largest
-    return (a.float() - b.float()).abs().max().item() / max(scale, 1e-12)
-
-
 def randomised(folder: str, device: str, dtype, **options):
     model = LlamaMHCForCausalLM.from_pretrained(folder, **options)
     g = torch.Generator().manual_seed(0)
@@ -118,13 +117,11 @@ def run(folder: str, device: str, dtype, input_ids, **options) -> tuple:
 
 def errors(got: tuple, reference: tuple) -> dict:
     (logits, grads, no_grad, _), (ref_logits, ref_grads, ref_no_grad, _) = got, reference
-    assert grads.keys() == ref_grads.keys(), sorted(set(grads) ^ set(ref_grads))
-    largest = max(g.abs().max().item() for g in ref_grads.values())
-    worst = max(ref_grads, key=lambda n: relative_error(grads[n], ref_grads[n], largest))
+    worst, worst_error = worst_gradient(grads, ref_grads)
     return {
         "logits": relative_error(logits, ref_logits),
         "logits_no_grad": relative_error(no_grad, ref_no_grad),
-        "worst_grad": relative_error(grads[worst], ref_grads[worst], largest),
+        "worst_grad": worst_error,
     }, worst
 
 

@@ -62,10 +62,22 @@ ROUNDING_GRADIENT = 1e-3
 
 
 def relative_error(a: torch.Tensor, b: torch.Tensor, largest: float = 0.0) -> float:
-    """`max|a - b|` over `max|b|` plus a tenth of `largest`, on the CPU in fp32."""
+    """`max|a - b|` over `max|b|` plus a tenth of `largest` (for a gradient, the model's largest gradient: a gradient
+    of rounding alone, as the first mHC `H_res`'s where every stream is the embedding, is measured against it), on
+    the CPU in fp32."""
     a, b = a.detach().float().cpu(), b.detach().float().cpu()
     scale = b.abs().max().item() + 0.1 * largest
     return (a - b).abs().max().item() / max(scale, 1e-12)
+
+
+def worst_gradient(grads: dict, reference: dict) -> tuple[str, float]:
+    """The parameter whose gradient in `grads` is furthest from `reference`'s (the same names), and its
+    `relative_error` against the largest reference gradient."""
+    assert grads.keys() == reference.keys(), sorted(set(grads) ^ set(reference))
+    largest = max(g.abs().max().item() for g in reference.values())
+    errors = {name: relative_error(grads[name], g, largest) for name, g in reference.items()}
+    name = max(errors, key=errors.get)
+    return name, errors[name]
 
 
 def _to(batch: dict, device) -> dict:
@@ -162,14 +174,12 @@ class Checker:
         there = copy.deepcopy(cpu).to(self.device)
         ref, ref_grads = _step(cpu, batch, labels)
         got, grads = _step(there, _to(batch, self.device), labels.to(self.device))
-        assert grads.keys() == ref_grads.keys(), sorted(set(grads) ^ set(ref_grads))
-        largest = max(g.abs().max().item() for g in ref_grads.values())
+        worst_name, worst_error = worst_gradient(grads, ref_grads)
         errors = {
             "output": relative_error(getattr(got, self.case.output_name), getattr(ref, self.case.output_name)),
             "loss": relative_error(got.loss, ref.loss),
+            "worst gradient": worst_error,
         }
-        worst_name = max(ref_grads, key=lambda n: relative_error(grads[n], ref_grads[n], largest))
-        errors["worst gradient"] = relative_error(grads[worst_name], ref_grads[worst_name], largest)
         worst = max(errors.values())
         note = ", ".join(f"{k} {v:.1e}" for k, v in errors.items()) + f" ({worst_name}; {len(grads)} gradients)"
         return worst, PARITY, worst <= PARITY, note

@@ -33,7 +33,7 @@ import functools
 
 import torch
 
-from .hyper_connections_maths import COEFFICIENT_EPS, MHC_EPS
+from .hyper_connections_maths import MHC_EPS, rms_norm
 from .zoo_common import logger
 
 DEVICES = ("cuda",)  # device types whose streams take the kernels (the tests add "cpu" under Triton's interpreter)
@@ -146,7 +146,7 @@ class Kernels:
         multiplies fp32 in TF32 on Ampere and newer (measured on an H200: relative errors up to 2.8e-3 in the logits
         of dynamic HC), so there the product is PyTorch's, exact as every other fp32 product of the model."""
         if x.dtype == torch.float32 and torch.get_float32_matmul_precision() == "highest":
-            return (x @ weight) * torch.rsqrt(x.square().mean(-1, keepdim=True) + COEFFICIENT_EPS)
+            return rms_norm(x) @ weight
         return calls["mm_norm"](x, weight)[0]
 
     def read_in(self, streams: torch.Tensor, pre: torch.Tensor) -> torch.Tensor:
