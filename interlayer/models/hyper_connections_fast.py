@@ -275,7 +275,9 @@ class CompositeGain:
         self.closed = False
 
     def record(self, hc, pre: torch.Tensor, post: torch.Tensor, res: torch.Tensor) -> None:
-        self.records.append((hc, pre.detach(), post.detach(), res.detach()))
+        if torch.is_grad_enabled():  # without grad (decoding) nothing is attached to detach
+            pre, post, res = pre.detach(), post.detach(), res.detach()
+        self.records.append((hc, pre, post, res))
 
     @staticmethod
     def prefix_products(res: torch.Tensor) -> torch.Tensor:
@@ -308,7 +310,7 @@ class CompositeGain:
         if not records:
             return None
         hcs = [r[0] for r in records]
-        pre, post, res = (torch.stack([r[i].float() for r in records]) for i in (1, 2, 3))
+        pre, post, res = (torch.stack([r[i] for r in records]).float() for i in (1, 2, 3))
         magnitude = self.prefix_products(res).abs()
         worst = torch.stack([magnitude.sum(-1).amax(-1), magnitude.sum(-2).amax(-1)], dim=-1).amax(0)
         if pre.dim() > 2:  # per-token coefficients: their mean over tokens
