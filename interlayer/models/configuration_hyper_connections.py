@@ -109,18 +109,19 @@ class HyperConnectionFields(ZooConfigFields):
             the sigmoids, the Sinkhorn-Knopp rounds and their backward fused into a few kernels): 3x fewer microseconds
             for the coefficients of a decoded token, once a compilation per grad mode is paid in a process (seconds; the
             number of tokens is a symbol, so a new batch or length compiles nothing, and a single token has a graph of
-            its own). Without grad, the coefficients and the read-in and mixing product are one such function, which
-            the fp32 streams of up to 8 tokens on a CPU (a decoded step) read through one C++ function instead
-            (hyper_connections_cpu.py, built once per machine by inductor's C++ code cache; where it cannot be built,
-            one warning) and a decoded token at batch 1 otherwise runs as one inductor graph called directly. Same
-            results to rounding. A kept graph takes a second backward (`retain_graph=True`) and a gradient can be
-            differentiated again (`create_graph=True`, through the eager function, as torch cannot differentiate a
-            compiled backward). Computed eagerly where a compiled call cannot run: inside a model compiled or exported
-            as a whole (traced with it), under a dispatch mode such as `FlopCounterMode`, and once compiling failed in
-            the process (no C++ compiler for inductor: one warning), and, silently, wherever torch's switches turn
-            compiling off (`TORCH_COMPILE_DISABLE=1`, `TORCHDYNAMO_DISABLE=1`, `torch._dynamo.config.disable`, a caller
-            wrapped by `torch.compiler.disable`, the stance `force_eager`). Ignored in the other modes, where a compiled
-            call costs more than the eager operations, and at `hc_streams=1` (one stream has nothing to mix).
+            its own). Without grad, the coefficients and the read-in and mixing product are one such function, and a
+            decoded token at batch 1 runs it as one inductor graph called directly; fp32 streams on a CPU (a prompt
+            or a decoded step) instead take the boundary's read and write as two C++ functions shared among torch's
+            threads (hyper_connections_cpu.py, built once per machine by inductor's C++ code cache; where they cannot
+            be built, one warning). Same results to rounding. A kept graph takes a second backward
+            (`retain_graph=True`) and a gradient can be differentiated again (`create_graph=True`, through the eager
+            function, as torch cannot differentiate a compiled backward). Computed eagerly where a compiled call
+            cannot run: inside a model compiled or exported as a whole (traced with it), under a dispatch mode such as
+            `FlopCounterMode`, and once compiling failed in the process (no C++ compiler for inductor: one warning),
+            and, silently, wherever torch's switches turn compiling off (`TORCH_COMPILE_DISABLE=1`,
+            `TORCHDYNAMO_DISABLE=1`, `torch._dynamo.config.disable`, a caller wrapped by `torch.compiler.disable`, the
+            stance `force_eager`). Ignored in the other modes, where a compiled call costs more than the eager
+            operations, and at `hc_streams=1` (one stream has nothing to mix).
         hc_implementation (`str`, defaults to `"fast"`): how the hyper-connections compute their equation.
             `"eager"`: `HyperConnection.forward` of modeling_hyper_connections.py, the equation as written (the
             specification), with no statistics recorded (nothing for `mechanism_stats()` or `interlayer inspect` to

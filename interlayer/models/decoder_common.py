@@ -152,13 +152,20 @@ class StackRun:
     kwargs: dict
     hidden: list | None = None
     saved: dict = dataclasses.field(default_factory=dict)
+    # the model's layers and their attention types, looked up once a forward (a decoded token's layers run in a few
+    # milliseconds, where asking the config for the types costs tens of microseconds a layer)
+    layers: list = dataclasses.field(init=False)
+    kinds: list = dataclasses.field(init=False)
+
+    def __post_init__(self):
+        self.layers, self.kinds = list(self.model.stack_layers), self.model.layer_types
 
     def layer(self, i: int, x, *layer_inputs, cache="run", masks=None, position_embeddings=None, **overrides):
         """Layer `i` on `x` (and the mechanism's `layer_inputs`), with the mask and position embeddings of its type
         (from `masks` / `position_embeddings` when given) and the run's cache (`cache`, when given instead)."""
         cache = self.cache if cache == "run" else cache
-        kind = self.model.layer_types[i]
-        return self.model.stack_layers[i](
+        kind = self.kinds[i]
+        return self.layers[i](
             x,
             *layer_inputs,
             attention_mask=(masks or self.masks)[kind],

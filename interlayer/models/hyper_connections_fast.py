@@ -21,7 +21,8 @@ why (docs/hyper_connections.md, "What the implementation does about cost"):
 - `hc_fused`: the input-dependent mHC coefficients as one function compiled with `torch.compile(fullgraph=True)`;
   without grad, the coefficients, their rounding and the read-in and mixing product as one such function
   (`_fused_mhc_read`), which a decoded token at batch 1 runs as one inductor graph called directly
-  (`zoo_common.Fused`);
+  (`zoo_common.Fused`); fp32 streams on a CPU take the boundary's read and write as two C++ functions instead
+  (hyper_connections_cpu.py), whose coefficients the statistics split once per forward;
 - the gated residual's read (its norms, gate and mean) computed again in backward from its inputs (`_GatedRead`)
   instead of keeping its K-wide intermediates;
 - in `generate()`, static coefficients computed once for the call (`ForwardPassMachinery.reusing_static_maps`);
@@ -48,6 +49,8 @@ from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 from torch.utils.checkpoint import checkpoint
 
 from .hyper_connections_cpu import mhc_read as cpu_mhc_read
+from .hyper_connections_cpu import mhc_write as cpu_mhc_write
+from .hyper_connections_cpu import read_plan as cpu_read_plan
 from .hyper_connections_kernels import kernels_for
 from .hyper_connections_maths import COEFFICIENT_EPS, constrain, gated_read, mhc_mixing
 from .zoo_common import Fused, StatsAccumulator
@@ -271,13 +274,27 @@ class CompositeGain:
     """
 
     def __init__(self):
-        self.records: list[tuple] = []  # (hyper-connection, pre, post, res) per sublayer, in order
+        # per sublayer, in order: (hyper-connection, pre, post, res), or (hyper-connection, coefficients) for
+        # `record_coefficients`
+        self.records: list[tuple] = []
         self.closed = False
 
     def record(self, hc, pre: torch.Tensor, post: torch.Tensor, res: torch.Tensor) -> None:
         if torch.is_grad_enabled():  # without grad (decoding) nothing is attached to detach
             pre, post, res = pre.detach(), post.detach(), res.detach()
         self.records.append((hc, pre, post, res))
+
+    def record_coefficients(self, hc, coefficients: torch.Tensor) -> None:
+        """`record` of a sublayer's coefficients in one tensor without grad, `[..., K (K + 2)]`: each token's `H_pre`,
+        `H_post` and `H_res` (flattened), as the C++ read gives them (split at `close`: one split for every sublayer
+        when all are recorded so, instead of three views each)."""
+        self.records.append((hc, coefficients))
+
+    @staticmethod
+    def split(coefficients: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`(pre, post, res)` of `record_coefficients`' layout."""
+        pre, post, res = coefficients.split((k, k, k * k), dim=-1)
+        return pre, post, res.unflatten(-1, (k, k))
 
     @staticmethod
     def prefix_products(res: torch.Tensor) -> torch.Tensor:
@@ -310,7 +327,12 @@ class CompositeGain:
         if not records:
             return None
         hcs = [r[0] for r in records]
-        pre, post, res = (torch.stack([r[i] for r in records]).float() for i in (1, 2, 3))
+        k = hcs[0].streams
+        if all(len(r) == 2 for r in records):
+            pre, post, res = self.split(torch.stack([r[1] for r in records]).float(), k)
+        else:
+            records = [r if len(r) == 4 else (r[0], *self.split(r[1], k)) for r in records]
+            pre, post, res = (torch.stack([r[i] for r in records]).float() for i in (1, 2, 3))
         magnitude = self.prefix_products(res).abs()
         worst = torch.stack([magnitude.sum(-1).amax(-1), magnitude.sum(-2).amax(-1)], dim=-1).amax(0)
         if pre.dim() > 2:  # per-token coefficients: their mean over tokens
@@ -433,7 +455,7 @@ def _mhc_read(streams, weight, pre, post, res, scale, k: int, iters: int, form: 
 
 
 # a decoded token's boundary up to the sublayer in one call (its ~20 eager operations cost 2-3 times the call);
-# the fp32 streams of a few tokens on a CPU are read by one C++ function instead (hyper_connections_cpu.py)
+# fp32 streams on a CPU are read by one C++ function instead (hyper_connections_cpu.py)
 _fused_mhc_read = Fused(_mhc_read, dynamic_dims={"streams": (0, 1)})
 
 
@@ -571,18 +593,22 @@ class FastHyperConnectionMixin:
         """`(mode, variant, eps, magnitude)`: what the coefficient functions' constraints (`constrain`) take."""
         return (self.mode, self.variant, self.eps, self.magnitude)
 
-    def _fused_read(self, streams: torch.Tensor):
-        """`(x, mixed, H_pre, H_post, H_res)` without grad, for input-dependent mHC: one C++ function for the fp32
-        streams of a few tokens on a CPU (`cpu_mhc_read`), else one compiled call (`_fused_mhc_read`)."""
+    def _read_params(self) -> tuple:
+        """The arguments of `_mhc_read` after the streams: the parameters as they are, then the settings."""
         params = (self.dynamic_proj.weight, self.pre, self.post, self.res, self.dynamic_scale)
-        args = (streams, *params, self.streams, self.sinkhorn_iters, self.form)
-        read = cpu_mhc_read(*args)  # a decoded token on a CPU: one C++ function
-        if read is not None:
-            return read
+        return (*params, self.streams, self.sinkhorn_iters, self.form)
+
+    def _cpu_read_plan(self):
+        """What the C++ read takes besides the streams (`cpu_read_plan`), or None where it does not run."""
+        return cpu_read_plan(*self._read_params())
+
+    def _fused_read(self, streams: torch.Tensor):
+        """`(x, mixed, H_pre, H_post, H_res)` without grad, for input-dependent mHC, as one compiled call
+        (`_fused_mhc_read`)."""
         if not torch.is_autocast_enabled(streams.device.type):
-            return _fused_mhc_read.run(*args)
+            return _fused_mhc_read.run(streams, *self._read_params())
         with torch.autocast(device_type=streams.device.type, enabled=False):
-            return _fused_mhc_read.run(*args)
+            return _fused_mhc_read.run(streams, *self._read_params())
 
     def _maps(self, streams: torch.Tensor):
         """`(H_pre, H_post, H_res, [H_pre; H_res])`, the last the maps of the read-in and mixing product (`[H_pre]`
@@ -601,10 +627,18 @@ class FastHyperConnectionMixin:
         kernels = kernels_for(self, streams)
         if kernels is not None:  # on CUDA: the boundary's Triton kernels
             return kernels.forward(self, streams, branch, recompute, gain)
+        grad = torch.is_grad_enabled()
+        fused = not grad and self.fused and self._compiled(_fused_mhc_read)
+        if fused and recompute is None:  # fp32 streams on a CPU: the boundary as two C++ functions
+            read = cpu_mhc_read(streams, self._reused(self._cpu_read_plan, "cpu read"))
+            if read is not None:
+                x, mixed, coefficients = read
+                if gain is not None and not gain.closed:
+                    gain.record_coefficients(self, coefficients)
+                return cpu_mhc_write(mixed, coefficients, branch(x))
         if recompute is not None:
             recompute.reading(streams)
-        grad = torch.is_grad_enabled()
-        if not grad and self.fused and self._compiled(_fused_mhc_read):
+        if fused:
             x, mixed, pre, post, res = self._fused_read(streams)
             maps = None
         elif self.dynamic:

@@ -145,6 +145,8 @@ class HyperConnection(nn.Module):
     the equation as the seed and Hy4 write it, and the specification that `FastHyperConnection` (the default,
     `hc_implementation="fast"`) is tested against."""
 
+    reads_input_norm = False  # the branch applies its input norm (`forward` leaves `input_norm` alone)
+
     def __init__(self, config, layer_idx: int, sublayer: str):
         super().__init__()
         k = config.hc_streams
@@ -261,6 +263,8 @@ class GatedResidual(nn.Module):
     0.5, with `G` = 2 K on stream `l mod K` and 0 elsewhere the read is `N(h)` bit for bit (K a power of two), and
     with a zero injection projection the write is `2 sigmoid(0)` = 1. `interlayer.native` converts to and from
     Qwen's layout (`1 + w = m G`, `m` the stock norm's multiplier)."""
+
+    reads_input_norm = True  # it normalises every stream with the branch's input norm itself
 
     def __init__(self, config, layer_idx: int, sublayer: str):
         super().__init__()
@@ -381,8 +385,9 @@ class HCDecoderLayerMixin(DecoderLayerRolesMixin):
     def residual_block(self, streams: torch.Tensor, attention) -> torch.Tensor:
         """`h' = H_res h + H_post^T F(H_pre h)` around `F_attn`, then around `F_mlp` (each given the norm its branch
         starts with, which the gated residual applies to every stream itself)."""
-        streams = self.hc_attn(streams, attention, self.input_norm("attn"))
-        return self.hc_mlp(streams, self.mlp_branch, self.input_norm("mlp"))
+        norm = self.hc_attn.reads_input_norm  # not looked up for a hyper-connection that leaves it to its branch
+        streams = self.hc_attn(streams, attention, self.input_norm("attn") if norm else None)
+        return self.hc_mlp(streams, self.mlp_branch, self.input_norm("mlp") if norm else None)
 
 
 class HCPreTrainedMixin(FreezeBaseMixin):
