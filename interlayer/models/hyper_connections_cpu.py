@@ -223,9 +223,10 @@ def mhc_read(streams: torch.Tensor, plan: tuple | None):
 def mhc_write(mixed: torch.Tensor, coefficients: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """`_write(mixed, H_post, out)` written into `mixed` and returned, for the `mixed` (`[..., K, D]`) and
     `coefficients` of `mhc_read` and the sublayer output `out` `[..., D]`; where `out` is not fp32 (autocast, a
-    sublayer of another dtype), `torch.addcmul` writes, as `_write` computes it."""
+    sublayer of another dtype) or of another shape than the streams' tokens (broadcast), `torch.addcmul` writes, as
+    `_write` computes it."""
     k, width = mixed.shape[-2:]
-    if out.dtype != torch.float32:
+    if out.dtype != torch.float32 or out.shape[:-1] != mixed.shape[:-2] or out.shape[-1] != width:
         return mixed.addcmul_(coefficients[..., k : 2 * k].unsqueeze(-1), out.unsqueeze(-2))
     load()[0][1](mixed, coefficients, out.contiguous(), mixed.numel() // (k * width), k, width)
     return mixed

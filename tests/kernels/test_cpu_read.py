@@ -110,6 +110,20 @@ def test_the_cpu_write_is_the_equation_bit_for_bit(lead, threads, out_dtype):
     torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
+def test_the_cpu_write_broadcasts_an_output_of_fewer_tokens_as_the_equation():
+    """A sublayer output that broadcasts over the tokens (`[1, D]` for `[2, 9, K, D]` streams) is written by
+    `torch.addcmul`, as `_write` computes it, never read past its end by the C++ write."""
+    k, width = 4, 40
+    streams = torch.randn(2, 9, k, width, generator=torch.Generator().manual_seed(2))
+    out = torch.randn(1, width, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        _, mixed, coefficients = cpu.mhc_read(
+            streams, cpu.read_plan(*parameters(k, width), k, 20, ("mhc", "seed", 1e-6, 2.0))
+        )
+    want = hc_module._write(mixed.clone(), hc_module.CompositeGain.split(coefficients, k)[1], out)
+    torch.testing.assert_close(cpu.mhc_write(mixed, coefficients, out), want, rtol=0, atol=0)
+
+
 @pytest.fixture(scope="module")
 def stock_llama(tmp_path_factory):
     folder = tmp_path_factory.mktemp("stock-llama")
