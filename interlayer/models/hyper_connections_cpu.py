@@ -206,7 +206,7 @@ def read_plan(weight, pre, post, res, scale, k: int, iters: int, form: tuple) ->
 
 def mhc_read(streams: torch.Tensor, plan: tuple | None):
     """`(x, mixed, coefficients)`: `_mhc_read`'s `x` and `mixed` and its `H_pre`, `H_post` and `H_res` as each
-    token's row of `coefficients` `[..., K (K + 2)]` (`CompositeGain.split` gives them apart), computed here with the
+    token's row of `coefficients` `[..., K (K + 2)]` (`split_coefficients` gives them apart), computed here with the
     hyper-connection's `read_plan`; or None where this function does not run: no plan, or streams not on a CPU or not
     fp32. `mixed` is a new tensor of its own, which `mhc_write` writes into."""
     if plan is None or streams.device.type != "cpu" or streams.dtype != torch.float32:
@@ -220,6 +220,12 @@ def mhc_read(streams: torch.Tensor, plan: tuple | None):
     return x, mixed, coefficients
 
 
+def split_coefficients(coefficients: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`(H_pre, H_post, H_res)` (`[..., K]`, `[..., K]`, `[..., K, K]`, views) of the read's `coefficients`."""
+    pre, post, res = coefficients.split((k, k, k * k), dim=-1)
+    return pre, post, res.unflatten(-1, (k, k))
+
+
 def mhc_write(mixed: torch.Tensor, coefficients: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """`_write(mixed, H_post, out)` written into `mixed` and returned, for the `mixed` (`[..., K, D]`) and
     `coefficients` of `mhc_read` and the sublayer output `out` `[..., D]`; where `out` is not fp32 (autocast, a
@@ -227,6 +233,6 @@ def mhc_write(mixed: torch.Tensor, coefficients: torch.Tensor, out: torch.Tensor
     `_write` computes it."""
     k, width = mixed.shape[-2:]
     if out.dtype != torch.float32 or out.shape[:-1] != mixed.shape[:-2] or out.shape[-1] != width:
-        return mixed.addcmul_(coefficients[..., k : 2 * k].unsqueeze(-1), out.unsqueeze(-2))
+        return mixed.addcmul_(split_coefficients(coefficients, k)[1].unsqueeze(-1), out.unsqueeze(-2))
     load()[0][1](mixed, coefficients, out.contiguous(), mixed.numel() // (k * width), k, width)
     return mixed

@@ -51,6 +51,7 @@ from torch.utils.checkpoint import checkpoint
 from .hyper_connections_cpu import mhc_read as cpu_mhc_read
 from .hyper_connections_cpu import mhc_write as cpu_mhc_write
 from .hyper_connections_cpu import read_plan as cpu_read_plan
+from .hyper_connections_cpu import split_coefficients
 from .hyper_connections_kernels import kernels_for
 from .hyper_connections_maths import COEFFICIENT_EPS, constrain, gated_read, mhc_mixing
 from .zoo_common import Fused, StatsAccumulator
@@ -287,14 +288,8 @@ class CompositeGain:
     def record_coefficients(self, hc, coefficients: torch.Tensor) -> None:
         """`record` of a sublayer's coefficients in one tensor without grad, `[..., K (K + 2)]`: each token's `H_pre`,
         `H_post` and `H_res` (flattened), as the C++ read gives them (split at `close`: one split for every sublayer
-        when all are recorded so, instead of three views each)."""
+        when all are recorded so, instead of three views each: `split_coefficients`)."""
         self.records.append((hc, coefficients))
-
-    @staticmethod
-    def split(coefficients: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """`(pre, post, res)` of `record_coefficients`' layout."""
-        pre, post, res = coefficients.split((k, k, k * k), dim=-1)
-        return pre, post, res.unflatten(-1, (k, k))
 
     @staticmethod
     def prefix_products(res: torch.Tensor) -> torch.Tensor:
@@ -329,9 +324,9 @@ class CompositeGain:
         hcs = [r[0] for r in records]
         k = hcs[0].streams
         if all(len(r) == 2 for r in records):
-            pre, post, res = self.split(torch.stack([r[1] for r in records]).float(), k)
+            pre, post, res = split_coefficients(torch.stack([r[1] for r in records]).float(), k)
         else:
-            records = [r if len(r) == 4 else (r[0], *self.split(r[1], k)) for r in records]
+            records = [r if len(r) == 4 else (r[0], *split_coefficients(r[1], k)) for r in records]
             pre, post, res = (torch.stack([r[i] for r in records]).float() for i in (1, 2, 3))
         magnitude = self.prefix_products(res).abs()
         worst = torch.stack([magnitude.sum(-1).amax(-1), magnitude.sum(-2).amax(-1)], dim=-1).amax(0)

@@ -31,7 +31,7 @@ def both(streams, params, k, iters=20, variant="seed", eps=1e-6):
     form = ("mhc", variant, eps, 2.0)
     with torch.no_grad():
         x, mixed, coefficients = cpu.mhc_read(streams, cpu.read_plan(*params, k, iters, form))
-        got = (x, mixed, *hc_module.CompositeGain.split(coefficients, k))
+        got = (x, mixed, *cpu.split_coefficients(coefficients, k))
         return got, hc_module._mhc_read(streams, *params, k, iters, form)
 
 
@@ -101,7 +101,7 @@ def test_the_cpu_write_is_the_equation_bit_for_bit(lead, threads, out_dtype):
         with torch.no_grad():
             plan = cpu.read_plan(*parameters(k, width), k, 20, ("mhc", "seed", 1e-6, 2.0))
             _, mixed, coefficients = cpu.mhc_read(streams, plan)
-        post = hc_module.CompositeGain.split(coefficients, k)[1]
+        post = cpu.split_coefficients(coefficients, k)[1]
         want = hc_module._write(mixed.clone(), post, out)
         got = cpu.mhc_write(mixed, coefficients, out)
     finally:
@@ -120,7 +120,7 @@ def test_the_cpu_write_broadcasts_an_output_of_fewer_tokens_as_the_equation():
         _, mixed, coefficients = cpu.mhc_read(
             streams, cpu.read_plan(*parameters(k, width), k, 20, ("mhc", "seed", 1e-6, 2.0))
         )
-    want = hc_module._write(mixed.clone(), hc_module.CompositeGain.split(coefficients, k)[1], out)
+    want = hc_module._write(mixed.clone(), cpu.split_coefficients(coefficients, k)[1], out)
     torch.testing.assert_close(cpu.mhc_write(mixed, coefficients, out), want, rtol=0, atol=0)
 
 
